@@ -1,0 +1,122 @@
+"""The blog's ``DNI``: a layer that updates itself from a synthetic gradient.
+
+One training step of a DNI layer k, in the paper's notation:
+
+1. ``h_k = f(h_{k-1} W_k + b_k)``                         (forward)
+2. ``ĝ_k = M_k(h_k, c)``                                  (predict dL/dh_k)
+3. ``δ = ĝ_k * f'(h_k)``; ``W_k -= alpha * h_{k-1}^T δ``  (descend on ĝ_k at once)
+4. return ``δ W_k^T`` with the weights *before* step 3, as backprop would.
+
+Later, when layer k+1 has done the same, its returned delta is the
+bootstrapped target for ``M_k``: ``update_synthetic_weights(target)``.  Only
+the top of a stack computes a true gradient from the loss.
+"""
+
+import numpy as np
+
+from . import _validation
+from .generators import LinearGenerator
+from .layers import Layer
+
+
+class DNI(Layer):
+    """A :class:`~sgrad.Layer` decoupled by a synthetic-gradient generator.
+
+    The blog's call works as written: ``DNI(16, 128, sigmoid, sigmoid_out2deriv, alpha=0.1)``.
+
+    Parameters beyond :class:`~sgrad.Layer`'s
+    -----------------------------------------
+    alpha : float
+        Learning rate of the layer's own update (default 0.1, the blog's).
+    condition_dim : int
+        Width of the conditioning c given to the generator; > 0 makes a cDNI.
+    generator : object, optional
+        A generator with the interface in :mod:`sgrad.generators`.  Default: a
+        :class:`~sgrad.generators.LinearGenerator` built with ``generator_init``.
+    generator_alpha : float, optional
+        Learning rate of the generator (default: ``alpha``, as in the blog).
+    generator_init : str
+        Initialisation of the default generator: 'zeros' (the paper's) or 'blog'.
+    generator_update_rule : str or UpdateRule, optional
+        Update rule of the default generator (default: the layer's).
+
+    Attributes (beyond :class:`~sgrad.Layer`'s)
+    -------------------------------------------
+    synthetic_gradient : (batch, output_dim) array, ĝ from the last step
+    generator : the synthetic-gradient model M
+    """
+
+    def __init__(self, input_dim, output_dim, nonlin, nonlin_deriv=None, alpha=0.1, *, condition_dim=0,
+                 generator=None, generator_alpha=None, generator_init="zeros", generator_update_rule=None,
+                 bias=True, init="xavier", update_rule=None, seed=None, rng=None, dtype=np.float64):
+        rng = _validation.make_rng(seed, rng)
+        super().__init__(input_dim, output_dim, nonlin, nonlin_deriv, bias=bias, init=init,
+                         update_rule=update_rule, rng=rng, dtype=dtype)
+        self.alpha = _validation.check_learning_rate(alpha, "alpha")
+        self.generator_alpha = (self.alpha if generator_alpha is None
+                                else _validation.check_learning_rate(generator_alpha, "generator_alpha"))
+        self.condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
+        if generator is None:
+            generator = LinearGenerator(
+                self.output_dim, self.condition_dim, init=generator_init,
+                update_rule=self.update_rule if generator_update_rule is None else generator_update_rule,
+                rng=rng, dtype=dtype)
+        else:
+            _check_generator(generator, self.output_dim, self.condition_dim)
+        self.generator = generator
+        self.synthetic_gradient = None
+
+    def forward_and_synthetic_update(self, input, condition=None):
+        """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
+
+        input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
+        else None.  ``input_delta`` is ĝ backpropagated through this layer with
+        its pre-update weights: the bootstrapped target for the layer below.
+        """
+        _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
+        _validation.check_condition(condition, self.condition_dim, input.shape[0], "this DNI")
+        output = self._forward(input)
+        self.synthetic_gradient = self.generator.forward(output, condition)
+        input_delta = self._backward(self.synthetic_gradient)
+        self.update(self.alpha)
+        return input_delta, output
+
+    def update_synthetic_weights(self, target_gradient):
+        """One descent step of the generator towards ``target_gradient``; returns its regression loss.
+
+        target_gradient: (batch, output_dim), what the layer above returned (or
+        the true gradient dL/dh, for the top DNI of a stack).
+        """
+        if self.synthetic_gradient is None:
+            raise ValueError(
+                "update_synthetic_weights() needs a synthetic gradient to correct; "
+                "call forward_and_synthetic_update(input) first"
+            )
+        _validation.check_same_shape(target_gradient, "target_gradient", self.synthetic_gradient,
+                                     "this layer's last synthetic gradient")
+        return self.generator.update(target_gradient, self.generator_alpha)
+
+    def normal_update(self, true_gradient):
+        """The blog's top-layer step: backprop ``true_gradient`` (dL/dh), descend, return the input delta.
+
+        The returned delta uses the pre-update weights.
+        """
+        input_delta = self.backward(true_gradient)
+        self.update(self.alpha)
+        return input_delta
+
+    def __repr__(self):
+        return f"{super().__repr__()[:-1]}, condition_dim={self.condition_dim})"
+
+
+def _check_generator(generator, output_dim, condition_dim):
+    missing = [name for name in ("forward", "update", "predict") if not callable(getattr(generator, name, None))]
+    if missing:
+        raise TypeError(
+            f"generator must have methods forward, update and predict (see sgrad.generators); "
+            f"{type(generator).__name__} lacks {', '.join(missing)}"
+        )
+    for name, expected in (("output_dim", output_dim), ("condition_dim", condition_dim)):
+        got = getattr(generator, name, None)
+        if got != expected:
+            raise ValueError(f"generator.{name} must equal the layer's {name}, {expected}; got {got!r}")

@@ -1,0 +1,41 @@
+"""Weight initialisations.  Each draws from the ``rng`` it is given, never from global state."""
+
+import numpy as np
+
+
+def xavier(shape, rng, dtype):
+    """Glorot/Xavier uniform: U(-a, a) with ``a = sqrt(6 / (fan_in + fan_out))``; suits tanh and sigmoid."""
+    limit = np.sqrt(6.0 / (shape[0] + shape[1]))
+    return rng.uniform(-limit, limit, size=shape).astype(dtype)
+
+
+def he(shape, rng, dtype):
+    """He/Kaiming normal: N(0, 2 / fan_in); suits ReLU."""
+    return (rng.standard_normal(shape) * np.sqrt(2.0 / shape[0])).astype(dtype)
+
+
+def blog(shape, rng, dtype):
+    """The blog post's ``randn * 0.2 - 0.1``: small, and shifted towards negative weights."""
+    return (rng.standard_normal(shape) * 0.2 - 0.1).astype(dtype)
+
+
+def zeros(shape, rng, dtype):
+    """All zeros: the paper's choice for a synthetic-gradient generator's output layer."""
+    return np.zeros(shape, dtype=dtype)
+
+
+INITIALIZERS = {"xavier": xavier, "he": he, "blog": blog, "zeros": zeros}
+
+
+def initialize(init, shape, rng, dtype):
+    """Return a new array of ``shape`` from an initializer name, or a copy of a given array."""
+    if isinstance(init, np.ndarray):
+        if init.shape != tuple(shape):
+            raise ValueError(f"an initial weight array must have shape {tuple(shape)}; got {init.shape}")
+        if not np.isfinite(init).all():
+            raise ValueError("the initial weight array holds NaN or inf")
+        return init.astype(dtype, copy=True)
+    if isinstance(init, str) and init in INITIALIZERS:
+        return INITIALIZERS[init](shape, rng, dtype)
+    known = ", ".join(repr(k) for k in INITIALIZERS)
+    raise ValueError(f"unknown init {init!r}; choose one of {known}, or pass an array of shape {tuple(shape)}")

@@ -1,0 +1,58 @@
+"""Pure, vectorized kernels: the maths of a dense layer and a linear map.
+
+No state, no printing, no checks: the classes in :mod:`sgrad.layers`,
+:mod:`sgrad.dni` and :mod:`sgrad.generators` validate inputs, hold state and
+call these.  Shapes use ``batch`` for the number of examples.
+"""
+
+import numpy as np
+
+
+def linear_forward(x, weights, bias):
+    """Affine map ``z = x @ weights + bias``.
+
+    x: (batch, in); weights: (in, out); bias: (out,) or None.  Returns z: (batch, out).
+    """
+    z = x @ weights
+    if bias is not None:
+        z += bias
+    return z
+
+
+def linear_backward(dz, x, weights, with_bias):
+    """Backward pass of :func:`linear_forward`.
+
+    dz: (batch, out), the gradient dL/dz.  Returns ``(dx, dweights, dbias)`` with
+    shapes (batch, in), (in, out) and (out,) (``dbias`` is None without a bias).
+    Gradients are summed over the batch: the loss decides any averaging.
+    """
+    dx = dz @ weights.T
+    dweights = x.T @ dz
+    dbias = dz.sum(axis=0) if with_bias else None
+    return dx, dweights, dbias
+
+
+def dense_forward(x, weights, bias, nonlin):
+    """A blog-style layer: ``h = nonlin(x @ weights + bias)``.  Returns h: (batch, out)."""
+    return nonlin(linear_forward(x, weights, bias))
+
+
+def dense_backward(dh, x, h, weights, nonlin_deriv, with_bias):
+    """Backward pass of :func:`dense_forward`.
+
+    dh: (batch, out), the gradient dL/dh arriving at the layer's output h.
+    Returns ``(dx, dweights, dbias, dz)`` where ``dz = dh * nonlin'(z)`` is the
+    blog's ``weight_output_delta`` and ``dx = dz @ weights.T`` is computed with
+    the weights as given (the pre-update weights, in a training step).
+    """
+    dz = dh * nonlin_deriv(h)
+    dx, dweights, dbias = linear_backward(dz, x, weights, with_bias)
+    return dx, dweights, dbias, dz
+
+
+def cosine_similarity(a, b):
+    """Cosine of the angle between two arrays, flattened; 0.0 if either is all zeros."""
+    a = a.ravel()
+    b = b.ravel()
+    norm = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / norm) if norm > 0 else 0.0

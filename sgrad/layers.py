@@ -1,0 +1,127 @@
+"""The blog's ``Layer``: a dense layer with a hand-written forward and backward pass."""
+
+import numpy as np
+
+from . import _validation, kernels
+from .initializers import initialize
+from .nonlinearities import resolve_nonlinearity
+from .optimizers import get_update_rule
+
+
+class Layer:
+    """A dense layer ``h = nonlin(input @ weights + bias)``.
+
+    The blog's positional call works as written::
+
+        layer = Layer(16, 128, sigmoid, sigmoid_out2deriv)
+
+    and a name may stand for the pair: ``Layer(16, 128, "tanh")``.
+
+    Parameters
+    ----------
+    input_dim, output_dim : int
+        Widths of the input (batch, input_dim) and the output (batch, output_dim).
+    nonlin, nonlin_deriv : str, or a pair of functions
+        A name from :data:`sgrad.nonlinearities.NONLINEARITIES`, or a function
+        and the function that maps its *output* to its derivative.
+    bias : bool
+        Whether the layer has a bias (default True; the blog's layers have none).
+    init : str or ndarray
+        Weight initialisation: 'xavier' (default), 'he', 'blog', 'zeros', or an
+        array of shape (input_dim, output_dim).  The bias starts at zero.
+    update_rule : str or UpdateRule
+        'sgd' (default, the blog's), 'momentum', 'adam', or an
+        :class:`~sgrad.optimizers.UpdateRule` instance.
+    seed, rng : int or numpy.random.Generator
+        Where the initial weights come from.  Same seed, same weights.
+    dtype : numpy dtype
+        Floating type of the parameters (default float64).
+
+    Attributes
+    ----------
+    weights : (input_dim, output_dim) array
+    bias : (output_dim,) array, or None
+    input, output : the last forward pass's input (batch, input_dim) and output h (batch, output_dim)
+    weight_output_delta : (batch, output_dim), dL/dz from the last backward, z the pre-activation
+    weights_grad, bias_grad : dL/dweights and dL/dbias from the last backward
+    """
+
+    def __init__(self, input_dim, output_dim, nonlin, nonlin_deriv=None, *, bias=True, init="xavier",
+                 update_rule=None, seed=None, rng=None, dtype=np.float64):
+        self.input_dim = _validation.check_positive_int(input_dim, "input_dim")
+        self.output_dim = _validation.check_positive_int(output_dim, "output_dim")
+        self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
+        self.dtype = np.dtype(dtype)
+        if self.dtype.kind != "f":
+            raise TypeError(f"dtype must be a floating type such as np.float64; got {self.dtype}")
+        rng = _validation.make_rng(seed, rng)
+        self.weights = initialize(init, (self.input_dim, self.output_dim), rng, self.dtype)
+        self.bias = np.zeros(self.output_dim, dtype=self.dtype) if bias else None
+        self.update_rule = get_update_rule(update_rule)
+        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.parameters.items()}
+        self.input = None
+        self.output = None
+        self.weight_output_delta = None
+        self.weights_grad = None
+        self.bias_grad = None
+
+    @property
+    def parameters(self):
+        """The trainable arrays by name: ``{'weights': ..., 'bias': ...}`` (no bias if disabled)."""
+        params = {"weights": self.weights}
+        if self.bias is not None:
+            params["bias"] = self.bias
+        return params
+
+    @property
+    def gradients(self):
+        """dL/d(parameter) from the last ``backward``, keyed as :attr:`parameters`."""
+        grads = {"weights": self.weights_grad}
+        if self.bias is not None:
+            grads["bias"] = self.bias_grad
+        return grads
+
+    def forward(self, input):
+        """Compute and remember ``h = nonlin(input @ weights + bias)``.
+
+        input: (batch, input_dim) float array.  Returns output h: (batch, output_dim).
+        """
+        _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
+        return self._forward(input)
+
+    def backward(self, output_delta):
+        """Backpropagate ``output_delta = dL/dh`` (batch, output_dim) through the last forward.
+
+        Stores ``weight_output_delta`` (dL/dz) and the parameter gradients, and
+        returns the input delta dL/d(input): (batch, input_dim).  Nothing is
+        averaged here: the loss that produced ``output_delta`` sets the scale.
+        """
+        if self.output is None:
+            raise ValueError("backward() needs the output of a forward pass; call forward(input) first")
+        _validation.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
+        return self._backward(output_delta)
+
+    def update(self, alpha=0.1):
+        """Take one descent step with the gradients stored by the last ``backward``.
+
+        ``alpha`` is the learning rate handed to the layer's update rule.
+        """
+        if self.weights_grad is None:
+            raise ValueError("update() needs gradients; call backward(output_delta) first")
+        alpha = _validation.check_learning_rate(alpha)
+        for name, param in self.parameters.items():
+            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+
+    def _forward(self, input):
+        self.input = input
+        self.output = kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
+        return self.output
+
+    def _backward(self, output_delta):
+        input_delta, self.weights_grad, self.bias_grad, self.weight_output_delta = kernels.dense_backward(
+            output_delta, self.input, self.output, self.weights, self.nonlin_deriv, self.bias is not None)
+        return input_delta
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.input_dim}, {self.output_dim}, "
+                f"nonlin={self.nonlin.__name__}, bias={self.bias is not None})")

@@ -1,0 +1,120 @@
+"""Losses.  Each returns ``(value, gradient)``: the loss and dL/d(what it takes).
+
+The reduction decides the scale of every gradient in the network (layers do
+no averaging of their own):
+
+- ``reduction="mean"`` (default): sum over features, mean over the batch;
+- ``reduction="sum"``: sum over everything.  The blog's ``delta = output - y``
+  is the gradient of :func:`mse` with this reduction.
+"""
+
+import numpy as np
+
+from . import _validation
+from .nonlinearities import sigmoid
+
+REDUCTIONS = ("mean", "sum")
+
+
+def mse(prediction, target, reduction="mean"):
+    """Squared error ``L = 1/2 * sum((prediction - target)**2)``, reduced over the batch.
+
+    prediction, target: (batch, features).  Returns ``(L, dL/dprediction)``.
+    """
+    _check_pair(prediction, target)
+    diff = prediction - target
+    scale = _scale(reduction, prediction.shape[0])
+    return 0.5 * scale * float(np.sum(diff * diff)), scale * diff
+
+
+def bce_with_logits(logits, target, reduction="mean"):
+    """Binary cross-entropy of ``sigmoid(logits)`` against targets in [0, 1].
+
+    logits, target: (batch, features).  Returns ``(L, dL/dlogits)`` where
+    ``dL/dlogits = sigmoid(logits) - target`` (times the reduction's scale).
+    Stable for any logit: uses ``max(z, 0) - z*y + log(1 + exp(-|z|))``.
+    """
+    _check_pair(logits, target)
+    if np.any((target < 0) | (target > 1)):
+        raise ValueError(
+            f"bce_with_logits targets must lie in [0, 1]; got values from {target.min()} to {target.max()}"
+        )
+    scale = _scale(reduction, logits.shape[0])
+    per_element = np.maximum(logits, 0) - logits * target + np.log1p(np.exp(-np.abs(logits)))
+    return scale * float(np.sum(per_element)), scale * (sigmoid(logits) - target)
+
+
+def softmax(logits):
+    """Row-wise softmax of logits: (batch, classes), stable for any logit."""
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    e = np.exp(shifted)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def softmax_cross_entropy(logits, labels, reduction="mean"):
+    """Cross-entropy of ``softmax(logits)`` against class labels.
+
+    logits: (batch, classes).  labels: integer classes of shape (batch,), or
+    one-hot / probability rows of shape (batch, classes).  Returns
+    ``(L, dL/dlogits)`` with ``dL/dlogits = softmax(logits) - onehot``
+    (times the reduction's scale).
+    """
+    _validation.check_batch(logits, "logits")
+    target = _as_target_distribution(labels, logits)
+    scale = _scale(reduction, logits.shape[0])
+    shifted = logits - logits.max(axis=1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    value = -scale * float(np.sum(target * log_probs))
+    return value, scale * (np.exp(log_probs) - target)
+
+
+LOSSES = {"mse": mse, "bce": bce_with_logits, "softmax_ce": softmax_cross_entropy}
+
+
+def get_loss(name):
+    """Return the loss function registered under ``name`` ('mse', 'bce', 'softmax_ce')."""
+    try:
+        return LOSSES[name]
+    except (KeyError, TypeError):
+        known = ", ".join(repr(k) for k in LOSSES)
+        raise ValueError(f"unknown loss {name!r}; choose one of {known}") from None
+
+
+def _scale(reduction, batch):
+    if reduction == "mean":
+        return 1.0 / batch
+    if reduction == "sum":
+        return 1.0
+    raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}")
+
+
+def _check_pair(prediction, target):
+    _validation.check_batch(prediction, "prediction")
+    _validation.check_same_shape(target, "target", prediction, "the prediction")
+
+
+def _as_target_distribution(labels, logits):
+    shape = logits.shape
+    batch, classes = shape
+    if not isinstance(labels, np.ndarray):
+        raise TypeError(f"labels must be a NumPy array; got {type(labels).__name__}")
+    if labels.ndim == 1:
+        if labels.dtype.kind not in "iu":
+            raise TypeError(
+                f"1-D labels must be integer class indices; got dtype {labels.dtype}. "
+                "Pass one-hot rows of shape (batch, classes) for float targets."
+            )
+        if labels.shape[0] != batch:
+            raise ValueError(f"labels must have shape ({batch},) to match the logits; got {labels.shape}")
+        if labels.min() < 0 or labels.max() >= classes:
+            raise ValueError(
+                f"labels must lie in [0, {classes - 1}] for {classes} classes; "
+                f"got values from {labels.min()} to {labels.max()}"
+            )
+        onehot = np.zeros(shape, dtype=logits.dtype)
+        onehot[np.arange(batch), labels] = 1.0
+        return onehot
+    _validation.check_batch(labels, "labels", classes, width_name="classes")
+    if labels.shape != shape:
+        raise ValueError(f"one-hot labels must have the logits' shape {shape}; got {labels.shape}")
+    return labels

@@ -1,0 +1,105 @@
+"""Update rules: SGD, momentum and Adam, behind one interface.
+
+An update rule holds only its hyperparameters, never per-parameter state, so
+one rule object can be shared by every layer and generator.  The owner of a
+parameter keeps the state that the rule creates::
+
+    state = rule.init_state(param)
+    rule.step(param, grad, state, lr)   # descends: param moves against grad
+
+``step`` changes ``param`` and ``state`` in place.  The learning rate is passed
+on every step (the blog's ``alpha``), so the owner decides it.
+"""
+
+import numbers
+
+import numpy as np
+
+
+class UpdateRule:
+    """Interface of an update rule.  Subclasses implement ``init_state`` and ``step``."""
+
+    def init_state(self, param):
+        """Return the state this rule needs for ``param`` (a dict of arrays)."""
+        return {}
+
+    def step(self, param, grad, state, lr):
+        """Take one descent step on ``param`` (in place) with gradient ``grad`` of its shape."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({fields})"
+
+
+class SGD(UpdateRule):
+    """Plain gradient descent, the blog's rule: ``param -= lr * grad``."""
+
+    def step(self, param, grad, state, lr):
+        param -= lr * grad
+
+
+class Momentum(UpdateRule):
+    """Heavy-ball momentum: ``v = momentum * v - lr * grad; param += v``."""
+
+    def __init__(self, momentum=0.9):
+        self.momentum = _check_fraction(momentum, "momentum")
+
+    def init_state(self, param):
+        return {"velocity": np.zeros_like(param)}
+
+    def step(self, param, grad, state, lr):
+        velocity = state["velocity"]
+        velocity *= self.momentum
+        velocity -= lr * grad
+        param += velocity
+
+
+class Adam(UpdateRule):
+    """Adam (Kingma & Ba, 2015) with bias-corrected first and second moments."""
+
+    def __init__(self, beta1=0.9, beta2=0.999, eps=1e-8):
+        self.beta1 = _check_fraction(beta1, "beta1")
+        self.beta2 = _check_fraction(beta2, "beta2")
+        if not eps > 0:
+            raise ValueError(f"eps must be > 0; got {eps!r}")
+        self.eps = float(eps)
+
+    def init_state(self, param):
+        return {"m": np.zeros_like(param), "v": np.zeros_like(param), "t": np.zeros((), dtype=np.int64)}
+
+    def step(self, param, grad, state, lr):
+        m, v = state["m"], state["v"]
+        state["t"] += 1
+        t = int(state["t"])
+        m *= self.beta1
+        m += (1.0 - self.beta1) * grad
+        v *= self.beta2
+        v += (1.0 - self.beta2) * grad * grad
+        # Bias-corrected moments, in the same form as PyTorch's Adam.
+        m_hat = m / (1.0 - self.beta1**t)
+        v_hat = v / (1.0 - self.beta2**t)
+        param -= lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+UPDATE_RULES = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
+
+
+def get_update_rule(rule):
+    """Return an :class:`UpdateRule` from a name ('sgd', 'momentum', 'adam'), an instance, or None (SGD)."""
+    if rule is None:
+        return SGD()
+    if isinstance(rule, UpdateRule):
+        return rule
+    if isinstance(rule, str) and rule in UPDATE_RULES:
+        return UPDATE_RULES[rule]()
+    known = ", ".join(repr(k) for k in UPDATE_RULES)
+    raise ValueError(
+        f"unknown update rule {rule!r}; pass one of {known} or an UpdateRule such as Adam(beta1=0.9)"
+    )
+
+
+def _check_fraction(value, name):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a number in [0, 1); got {value!r}")
+    return float(value)
