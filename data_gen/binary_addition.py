@@ -14,7 +14,7 @@ import numbers
 
 import numpy as np
 
-from sgrad._validation import check_positive_int, make_rng
+from ._checks import check_positive_int, make_rng
 
 MIN_OUTPUT_DIM = 2
 MAX_OUTPUT_DIM = 62  # operands and sums must fit in int64

@@ -8,14 +8,7 @@ import numbers
 
 import numpy as np
 
-
-def check_positive_int(value, name, *, minimum=1):
-    """Return ``value`` as an int if it is an integer ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {value}")
-    return int(value)
+from data_gen._checks import check_positive_int, make_rng  # noqa: F401  (re-exported)
 
 
 def check_learning_rate(value, name="alpha"):
@@ -67,27 +60,13 @@ def check_batch(array, name, width=None, *, width_name="features"):
 
 def check_same_shape(array, name, reference, reference_name):
     """Check that ``array`` is a finite float array with the shape of ``reference``."""
-    check_batch(array, name, reference.shape[1])
+    check_batch(array, name, reference.shape[1], width_name=f"the width of {reference_name}")
     if array.shape != reference.shape:
         raise ValueError(
             f"{name} must have the shape of {reference_name}, {reference.shape}; "
             f"got shape {array.shape}"
         )
     return array
-
-
-def make_rng(seed, rng):
-    """Return a ``numpy.random.Generator`` from a ``seed`` or an ``rng``, never both."""
-    if rng is not None:
-        if seed is not None:
-            raise ValueError("pass either seed or rng, not both")
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(
-                f"rng must be a numpy.random.Generator (np.random.default_rng(seed)); "
-                f"got {type(rng).__name__}"
-            )
-        return rng
-    return np.random.default_rng(seed)
 
 
 def check_condition(condition, condition_dim, batch, owner):

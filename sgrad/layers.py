@@ -61,6 +61,7 @@ class Layer:
         self.update_state = {name: self.update_rule.init_state(p) for name, p in self.parameters.items()}
         self.input = None
         self.output = None
+        self._stale = False
         self.weight_output_delta = None
         self.weights_grad = None
         self.bias_grad = None
@@ -85,6 +86,8 @@ class Layer:
         """Compute and remember ``h = nonlin(input @ weights + bias)``.
 
         input: (batch, input_dim) float array.  Returns output h: (batch, output_dim).
+        The layer keeps a reference to ``input`` (as the blog's does), so do not
+        change it in place before ``backward``.
         """
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         return self._forward(input)
@@ -98,6 +101,9 @@ class Layer:
         """
         if self.output is None:
             raise ValueError("backward() needs the output of a forward pass; call forward(input) first")
+        if self._stale:
+            raise ValueError("backward() after update(): the last forward pass used the old weights; "
+                             "call forward(input) again first")
         _validation.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
         return self._backward(output_delta)
 
@@ -107,12 +113,18 @@ class Layer:
         ``alpha`` is the learning rate handed to the layer's update rule.
         """
         if self.weights_grad is None:
-            raise ValueError("update() needs gradients; call backward(output_delta) first")
+            raise ValueError("update() needs the gradients of the last forward pass; "
+                             "call backward(output_delta) after forward(input) first")
         alpha = _validation.check_learning_rate(alpha)
         for name, param in self.parameters.items():
             self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+        # Each forward/backward pair pays for one step; stale gradients are never applied twice.
+        self.weights_grad = self.bias_grad = None
+        self._stale = True
 
     def _forward(self, input):
+        self.weights_grad = self.bias_grad = None
+        self._stale = False
         self.input = input
         self.output = kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
         return self.output

@@ -61,8 +61,8 @@ class Adam(UpdateRule):
     def __init__(self, beta1=0.9, beta2=0.999, eps=1e-8):
         self.beta1 = _check_fraction(beta1, "beta1")
         self.beta2 = _check_fraction(beta2, "beta2")
-        if not eps > 0:
-            raise ValueError(f"eps must be > 0; got {eps!r}")
+        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < np.inf:
+            raise ValueError(f"eps must be a finite number > 0, e.g. 1e-8; got {eps!r}")
         self.eps = float(eps)
 
     def init_state(self, param):

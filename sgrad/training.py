@@ -17,6 +17,8 @@ from . import _validation, kernels
 from .dni import DNI
 from .layers import Layer
 from .losses import bce_with_logits, mse
+from .nonlinearities import get_nonlinearity
+from .optimizers import get_update_rule
 
 METHODS = ("backprop", "no-bprop", "dni", "cdni")
 TARGETS = ("bootstrap", "true")
@@ -52,6 +54,10 @@ class TrainConfig:
         each generator regresses onto the delta the layer above returned) or
         'true' (a teaching option: regress onto the true gradient dL/dh_k,
         which costs a full backward pass per step).
+    batch_size : examples per step.  Each epoch reshuffles the training set
+        and takes ``len(x_train) // batch_size`` full batches, so every step's
+        gradients have the same scale; the few examples left over are seen in
+        other epochs.
     probe_size : examples of the training set on which the synthetic gradients
         are compared to the true ones after every epoch (diagnostic only).
     seed : fixes the initial weights and the batch order.
@@ -62,8 +68,8 @@ class TrainConfig:
     epochs: int = 300
     batch_size: int = 32
     update_rule: str = "adam"
-    alpha: float = 1e-3
-    generator_alpha: float | None = None
+    alpha: float = 3e-3
+    generator_alpha: float | None = 3e-4
     loss: str = "bce"
     generator_targets: str = "bootstrap"
     probe_size: int = 256
@@ -83,6 +89,8 @@ class TrainConfig:
         if self.generator_alpha is not None:
             _validation.check_learning_rate(self.generator_alpha, "generator_alpha")
         _check_choice(self.loss, "loss", tuple(TASK_LOSSES))
+        get_nonlinearity(self.nonlin)
+        get_update_rule(self.update_rule)
         _check_choice(self.generator_targets, "generator_targets", TARGETS)
 
 
@@ -196,13 +204,13 @@ def train(method, data, config=None, *, progress=None):
     config = TrainConfig() if config is None else config
     _check_choice(method, "method", METHODS)
     x_train, y_train, x_test, y_test = data
-    _check_data(x_train, y_train, x_test, y_test)
+    _check_data(x_train, y_train, x_test, y_test, config.batch_size)
     loss_fn, _, threshold = TASK_LOSSES[config.loss]
     layers = build_network(method, x_train.shape[1], y_train.shape[1], config)
     decoupled = method in ("dni", "cdni")
     n_hidden = len(layers) - 1
     batch_rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1])
-    n_batches = max(1, len(x_train) // config.batch_size)
+    n_batches = len(x_train) // config.batch_size
     probe = slice(0, min(config.probe_size, len(x_train)))
 
     history = {"method": method, "step_loss": [], "epoch_loss": [], "test_loss": [],
@@ -258,8 +266,6 @@ def _record_epoch(history, layers, data, loss_fn, threshold, n_batches, probe, d
     x_train, y_train, x_test, y_test = data
     history["epoch_loss"].append(float(np.mean(history["step_loss"][-n_batches:])))
     for split, x, y in (("train", x_train, y_train), ("test", x_test, y_test)):
-        if len(x) == 0:
-            continue
         out = predict(layers, x)
         correct = (out > threshold) == (y > 0.5)
         history[f"{split}_bit_accuracy"].append(float(correct.mean()))
@@ -277,16 +283,18 @@ def _record_epoch(history, layers, data, loss_fn, threshold, n_batches, probe, d
             history["generator_epoch_loss"][k].append(float(np.mean(losses[-n_batches:])))
 
 
-def _check_data(x_train, y_train, x_test, y_test):
+def _check_data(x_train, y_train, x_test, y_test, batch_size):
     _validation.check_batch(x_train, "x_train")
     _validation.check_batch(y_train, "y_train")
     if len(x_train) != len(y_train):
         raise ValueError(f"x_train and y_train must have as many rows; got {len(x_train)} and {len(y_train)}")
-    if len(x_test):
-        _validation.check_batch(x_test, "x_test", x_train.shape[1])
-        _validation.check_batch(y_test, "y_test", y_train.shape[1])
-        if len(x_test) != len(y_test):
-            raise ValueError(f"x_test and y_test must have as many rows; got {len(x_test)} and {len(y_test)}")
+    if len(x_train) < batch_size:
+        raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({len(x_train)} examples); "
+                         "use a smaller batch_size or more training examples")
+    _validation.check_batch(x_test, "x_test", x_train.shape[1])
+    _validation.check_batch(y_test, "y_test", y_train.shape[1])
+    if len(x_test) != len(y_test):
+        raise ValueError(f"x_test and y_test must have as many rows; got {len(x_test)} and {len(y_test)}")
 
 
 def _check_choice(value, name, choices):

@@ -1,0 +1,255 @@
+"""``sgrad compare``, run as a user runs it: the installed console script in a subprocess.
+
+One tiny comparison of all four methods runs once per module; the tests read
+its exit code, stdout, stderr and files.  5 bits gives 256 operand pairs,
+enough for 64 training and 32 held-out ones.
+"""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+import sgrad
+from sgrad.training import METHODS, TrainConfig, build_network
+
+SGRAD = Path(sys.executable).parent / "sgrad"
+EPOCHS, TRAIN, TEST, BATCH_SIZE, HIDDEN = 3, 64, 32, 16, (8, 8)
+TINY = ["--bits", "5", "--train", str(TRAIN), "--test", str(TEST), "--epochs", str(EPOCHS),
+        "--hidden", ",".join(map(str, HIDDEN)), "--batch-size", str(BATCH_SIZE)]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run(command, cwd, *args):
+    return subprocess.run([*command, "compare", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def run_sgrad(cwd, *args):
+    return run([str(SGRAD)], cwd, *args)
+
+
+def table_methods(stdout):
+    """The method named in each row of the markdown table on stdout."""
+    rows = [line for line in stdout.splitlines() if line.startswith("|")][2:]  # skip header and rule
+    return [row.split("|")[1].strip() for row in rows]
+
+
+def histories_without_wall_time(out):
+    histories = json.loads((out / "history.json").read_text())["histories"]
+    return {method: {k: v for k, v in h.items() if k != "wall_time"} for method, h in histories.items()}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """All four methods, compared once with the tiny budget: ``(result, out_dir)``."""
+    cwd = tmp_path_factory.mktemp("tiny")
+    result = run_sgrad(cwd, *TINY, "--out", "out")
+    return result, cwd / "out"
+
+
+@pytest.fixture(scope="module")
+def record(tiny):
+    result, out = tiny
+    assert result.returncode == 0, result.stderr
+    return json.loads((out / "history.json").read_text())
+
+
+# --- the run and its streams --------------------------------------------------------
+
+
+def test_console_script_is_installed_next_to_python():
+    assert SGRAD.is_file()
+
+
+def test_compare_exits_with_zero(tiny):
+    result, _ = tiny
+    assert result.returncode == 0, result.stderr
+
+
+def test_stdout_holds_a_table_row_per_method(tiny):
+    result, _ = tiny
+    assert result.stdout.startswith("| method | held-out bit acc. |")
+    assert table_methods(result.stdout) == list(METHODS)
+
+
+def test_stdout_holds_only_the_table(tiny):
+    result, _ = tiny
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 2 + len(METHODS)
+    assert all(line.startswith("|") for line in lines), result.stdout
+
+
+def test_progress_lines_go_to_stderr(tiny):
+    result, _ = tiny
+    for method in METHODS:
+        assert f"[{method}] epoch 1/{EPOCHS}" in result.stderr
+        assert f"[{method}] epoch {EPOCHS}/{EPOCHS}" in result.stderr
+        assert f"[{method}] done in" in result.stderr
+    assert "epoch" not in result.stdout
+
+
+def test_results_md_equals_the_table_on_stdout(tiny):
+    result, out = tiny
+    assert (out / "results.md").read_text() == result.stdout
+
+
+# --- the figure ------------------------------------------------------------------------
+
+
+def test_compare_png_starts_with_the_png_signature(tiny):
+    _, out = tiny
+    assert (out / "compare.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_compare_png_is_an_image_of_plausible_size(tiny):
+    _, out = tiny
+    image = imread(out / "compare.png")
+    assert image.ndim == 3
+    height, width, channels = image.shape
+    assert height > 100 and width > 100, image.shape
+    assert channels in (3, 4)
+
+
+def test_compare_png_is_not_a_single_flat_colour(tiny):
+    _, out = tiny
+    image = imread(out / "compare.png")
+    rgb = image[..., :3]
+    background = rgb[0, 0]
+    drawn = np.any(rgb != background, axis=2).mean()
+    assert 0.01 < drawn < 0.99, f"{100 * drawn:.2f}% of pixels differ from the corner's colour"
+    assert rgb.min() < 0.5 < rgb.max()
+
+
+# --- history.json ---------------------------------------------------------------------
+
+
+def test_history_json_records_task_config_and_histories(record):
+    assert record["task"] == {"name": "binary_addition", "output_dim": 5, "num_train": TRAIN, "num_test": TEST}
+    assert record["config"]["hidden"] == list(HIDDEN)
+    assert (record["config"]["epochs"], record["config"]["batch_size"]) == (EPOCHS, BATCH_SIZE)
+    assert list(record["histories"]) == list(METHODS)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_history_has_a_loss_per_step_and_per_epoch(record, method):
+    history = record["histories"][method]
+    assert len(history["step_loss"]) == EPOCHS * (TRAIN // BATCH_SIZE)
+    assert len(history["epoch_loss"]) == EPOCHS
+    assert len(history["test_loss"]) == EPOCHS
+    assert all(np.isfinite(history["step_loss"] + history["epoch_loss"] + history["test_loss"]))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_history_has_accuracies_per_epoch_between_zero_and_one(record, method):
+    history = record["histories"][method]
+    for key in ("train_bit_accuracy", "test_bit_accuracy", "train_exact_accuracy", "test_exact_accuracy"):
+        assert len(history[key]) == EPOCHS, key
+        assert all(0.0 <= value <= 1.0 for value in history[key]), (key, history[key])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_history_has_a_positive_wall_time(record, method):
+    assert record["histories"][method]["wall_time"] > 0
+
+
+@pytest.mark.parametrize("method", ["dni", "cdni"])
+def test_decoupled_history_has_generator_records_per_hidden_layer(record, method):
+    history = record["histories"][method]
+    steps = EPOCHS * (TRAIN // BATCH_SIZE)
+    assert [len(losses) for losses in history["generator_loss"]] == [steps] * len(HIDDEN)
+    assert [len(losses) for losses in history["generator_epoch_loss"]] == [EPOCHS] * len(HIDDEN)
+    assert [len(cosines) for cosines in history["cosine_similarity"]] == [EPOCHS] * len(HIDDEN)
+
+
+@pytest.mark.parametrize("method", ["dni", "cdni"])
+def test_decoupled_history_cosines_lie_between_minus_one_and_one(record, method):
+    cosines = np.array(record["histories"][method]["cosine_similarity"])
+    assert np.all((-1.0 <= cosines) & (cosines <= 1.0)), cosines
+
+
+@pytest.mark.parametrize("method", ["backprop", "no-bprop"])
+def test_backprop_history_has_no_generator_records(record, method):
+    history = record["histories"][method]
+    assert (history["generator_loss"], history["generator_epoch_loss"], history["cosine_similarity"]) == ([], [], [])
+
+
+# --- options ---------------------------------------------------------------------------
+
+
+def test_methods_option_selects_a_subset(tmp_path):
+    result = run_sgrad(tmp_path, *TINY, "--epochs", "1", "--methods", "cdni,backprop", "--out", "out")
+    assert result.returncode == 0, result.stderr
+    assert table_methods(result.stdout) == ["cdni", "backprop"]
+    assert list(json.loads((tmp_path / "out" / "history.json").read_text())["histories"]) == ["cdni", "backprop"]
+
+
+def test_python_dash_m_sgrad_runs_compare(tmp_path):
+    result = run([sys.executable, "-m", "sgrad"], tmp_path, *TINY, "--epochs", "1", "--methods", "dni",
+                 "--out", "out")
+    assert result.returncode == 0, result.stderr
+    assert table_methods(result.stdout) == ["dni"]
+    assert (tmp_path / "out" / "history.json").is_file()
+
+
+def test_same_seed_gives_identical_histories(tiny, tmp_path):
+    _, first = tiny
+    result = run_sgrad(tmp_path, *TINY, "--seed", "0", "--out", "out")  # 0 is the default the fixture used
+    assert result.returncode == 0, result.stderr
+    assert histories_without_wall_time(tmp_path / "out") == histories_without_wall_time(first)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--methods", "dni,sgd"], "argument --methods: expected a comma-separated subset of backprop,no-bprop,dni,cdni"),
+    (["--bits", "1"], "argument --bits: must be at least 2; got 1"),
+    (["--bits", "63"], "argument --bits: must be at most 62; got 63"),
+    (["--epochs", "0"], "argument --epochs: must be at least 1; got 0"),
+    (["--hidden", "8,x"], "argument --hidden: expected comma-separated positive widths such as 128,64; got '8,x'"),
+    (["--lr", "-1"], "argument --lr: must be a finite number > 0; got -1"),
+    (["--nonlin", "softsign"], "argument --nonlin: invalid choice: 'softsign'"),
+    (["--batch-size", "500"], "batch_size (500) is larger than the training set"),
+], ids=["unknown-method", "bits-1", "bits-63", "epochs-0", "hidden-not-int", "negative-lr", "unknown-nonlin",
+        "batch-larger-than-train"])
+def test_bad_argument_exits_non_zero_with_one_readable_line(tmp_path, args, fragment):
+    result = run_sgrad(tmp_path, *TINY, *args, "--out", "out")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()], result.stderr
+    assert result.stderr.startswith("sgrad compare: error: ")
+    assert fragment in result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "out").exists()
+
+
+# --- the Python function ----------------------------------------------------------------
+
+
+def test_compare_function_returns_a_history_per_requested_method(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    histories = sgrad.compare(["dni", "backprop"], output_dim=5, num_train=TRAIN, num_test=TEST, out_dir=None,
+                              progress=None, epochs=2, batch_size=BATCH_SIZE, hidden=HIDDEN)
+    assert list(histories) == ["dni", "backprop"]
+    assert [len(h["epoch_loss"]) for h in histories.values()] == [2, 2]
+    assert [h["method"] for h in histories.values()] == ["dni", "backprop"]
+    assert list(tmp_path.iterdir()) == []  # out_dir=None writes nothing
+
+
+def test_every_method_starts_from_the_same_weights():
+    config = TrainConfig(hidden=HIDDEN, epochs=EPOCHS, batch_size=BATCH_SIZE, seed=3)
+    networks = {method: build_network(method, 10, 5, config) for method in METHODS}
+    reference = networks["backprop"]
+    assert [layer.weights.shape for layer in reference] == [(10, 8), (8, 8), (8, 5)]
+    for method, layers in networks.items():
+        assert len(layers) == len(reference), method
+        for k, (layer, ref) in enumerate(zip(layers, reference)):
+            np.testing.assert_array_equal(layer.weights, ref.weights, err_msg=f"{method}, layer {k + 1}")
+            np.testing.assert_array_equal(layer.bias, ref.bias, err_msg=f"{method}, layer {k + 1}")
+
+
+def test_initial_weights_depend_on_the_seed():
+    first = build_network("dni", 10, 5, TrainConfig(hidden=HIDDEN, seed=3))
+    second = build_network("dni", 10, 5, TrainConfig(hidden=HIDDEN, seed=4))
+    assert not np.array_equal(first[0].weights, second[0].weights)

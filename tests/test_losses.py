@@ -1,0 +1,157 @@
+"""Losses: gradients, values on tiny inputs, reductions, and stability for large logits."""
+
+import warnings
+
+import numpy as np
+import pytest
+from conftest import numerical_gradient, relative_error
+
+from sgrad.losses import bce_with_logits, get_loss, mse, softmax, softmax_cross_entropy
+
+
+def _problem(kind, rng, batch=4, width=3):
+    """A (prediction or logits, target) pair suited to the loss ``kind``."""
+    x = rng.standard_normal((batch, width))
+    if kind == "mse":
+        return mse, x, rng.standard_normal((batch, width))
+    if kind == "bce":
+        return bce_with_logits, x, rng.uniform(0.0, 1.0, (batch, width))
+    labels = rng.integers(0, width, size=batch)
+    if kind == "softmax_ce_integer_labels":
+        return softmax_cross_entropy, x, labels
+    return softmax_cross_entropy, x, np.eye(width)[labels]
+
+
+KINDS = ["mse", "bce", "softmax_ce_integer_labels", "softmax_ce_onehot_labels"]
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_gradient_matches_central_differences(kind, reduction):
+    loss, x, target = _problem(kind, np.random.default_rng(1))
+    _, analytic = loss(x, target, reduction=reduction)
+    numeric = numerical_gradient(lambda: loss(x, target, reduction=reduction)[0], x)
+    error = relative_error(analytic, numeric)
+    assert error <= 1e-6, f"{kind} ({reduction}): dL/dx (mine) vs central difference: error {error:.2e}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_sum_reduction_is_batch_times_mean(kind):
+    loss, x, target = _problem(kind, np.random.default_rng(2), batch=5)
+    mean_value, mean_grad = loss(x, target, reduction="mean")
+    sum_value, sum_grad = loss(x, target, reduction="sum")
+    assert sum_value == pytest.approx(5 * mean_value, rel=1e-12)
+    np.testing.assert_allclose(sum_grad, 5 * mean_grad, rtol=1e-12)
+
+
+def test_mean_is_the_default_reduction():
+    _, x, target = _problem("mse", np.random.default_rng(3))
+    assert mse(x, target)[0] == mse(x, target, reduction="mean")[0]
+
+
+def test_mse_value_and_gradient_by_hand():
+    prediction = np.array([[1.0, 2.0], [3.0, 4.0]])
+    target = np.array([[0.0, 0.0], [0.0, 6.0]])
+    # squared errors 1, 4, 9, 4 -> sum 18; L_sum = 18 / 2 = 9, L_mean = 9 / 2 rows
+    value, grad = mse(prediction, target, reduction="mean")
+    assert value == pytest.approx(4.5, rel=1e-15)
+    np.testing.assert_array_equal(grad, [[0.5, 1.0], [1.5, -1.0]])
+    assert mse(prediction, target, reduction="sum")[0] == pytest.approx(9.0, rel=1e-15)
+
+
+def test_mse_sum_gradient_is_the_blogs_delta():
+    prediction = np.array([[0.25, 0.75]])
+    target = np.array([[1.0, 0.0]])
+    np.testing.assert_array_equal(mse(prediction, target, reduction="sum")[1], prediction - target)
+
+
+def test_bce_value_and_gradient_by_hand():
+    logits = np.array([[0.0, 2.0]])
+    target = np.array([[1.0, 0.0]])
+    # -log(sigmoid(0)) = log 2; -log(1 - sigmoid(2)) = log(1 + e^2)
+    value, grad = bce_with_logits(logits, target, reduction="sum")
+    assert value == pytest.approx(np.log(2.0) + np.log1p(np.exp(2.0)), rel=1e-14)
+    np.testing.assert_allclose(grad, [[0.5 - 1.0, 1.0 / (1.0 + np.exp(-2.0))]], rtol=1e-14)
+
+
+def test_softmax_cross_entropy_value_and_gradient_by_hand():
+    logits = np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]])
+    labels = np.array([0, 2])
+    # row 0: -log(1/3) = log 3; row 1: -3 + log(e + e^2 + e^3)
+    row1 = -3.0 + np.log(np.exp(1.0) + np.exp(2.0) + np.exp(3.0))
+    value, grad = softmax_cross_entropy(logits, labels, reduction="mean")
+    assert value == pytest.approx((np.log(3.0) + row1) / 2, rel=1e-14)
+    p = np.exp([1.0, 2.0, 3.0]) / np.exp([1.0, 2.0, 3.0]).sum()
+    expected = np.array([[1 / 3 - 1, 1 / 3, 1 / 3], [p[0], p[1], p[2] - 1]]) / 2
+    np.testing.assert_allclose(grad, expected, rtol=1e-14, atol=1e-16)
+
+
+def test_integer_and_onehot_labels_give_the_same_loss():
+    _, logits, labels = _problem("softmax_ce_integer_labels", np.random.default_rng(4))
+    value_int, grad_int = softmax_cross_entropy(logits, labels)
+    value_hot, grad_hot = softmax_cross_entropy(logits, np.eye(3)[labels])
+    assert value_int == pytest.approx(value_hot, rel=1e-15)
+    np.testing.assert_allclose(grad_int, grad_hot, rtol=1e-15)
+
+
+def test_softmax_rows_sum_to_one_for_huge_logits():
+    p = softmax(np.array([[1e4, 0.0, -1e4], [3.0, 3.0, 3.0]]))
+    np.testing.assert_allclose(p, [[1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]], rtol=1e-15, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_bce_is_finite_and_silent_for_logits_up_to_1e4(dtype):
+    logits = np.array([[1e4, -1e4, 1e4, -1e4]], dtype=dtype)
+    target = np.array([[0.0, 1.0, 1.0, 0.0]], dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value, grad = bce_with_logits(logits, target, reduction="sum")
+    # two confidently wrong logits cost |z| each, two confidently right ones cost nothing
+    assert value == pytest.approx(2e4, rel=1e-6)
+    np.testing.assert_array_equal(grad, [[1.0, -1.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_softmax_cross_entropy_is_finite_and_silent_for_logits_up_to_1e4(dtype):
+    logits = np.array([[1e4, -1e4], [-1e4, 1e4]], dtype=dtype)
+    labels = np.array([1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value, grad = softmax_cross_entropy(logits, labels, reduction="sum")
+    # row 0 is wrong by a margin of 2e4, row 1 is right by the same margin
+    assert value == pytest.approx(2e4, rel=1e-6)
+    np.testing.assert_array_equal(grad, [[1.0, -1.0], [0.0, 0.0]])
+
+
+def test_unknown_reduction_raises():
+    x = np.zeros((2, 2))
+    with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum'\); got 'max'"):
+        mse(x, x, reduction="max")
+
+
+def test_bce_targets_outside_unit_interval_raise():
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]; got values from -0.5 to 1.0"):
+        bce_with_logits(np.zeros((1, 2)), np.array([[-0.5, 1.0]]))
+
+
+def test_labels_out_of_range_raise():
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 2\] for 3 classes; got values from 0 to 3"):
+        softmax_cross_entropy(np.zeros((2, 3)), np.array([0, 3]))
+
+
+def test_float_class_indices_raise_type_error():
+    with pytest.raises(TypeError, match="1-D labels must be integer class indices; got dtype float64"):
+        softmax_cross_entropy(np.zeros((2, 3)), np.array([0.0, 1.0]))
+
+
+def test_target_of_another_shape_raises():
+    with pytest.raises(ValueError, match=r"target must have the shape of the prediction, \(2, 3\); got shape \(1, 3\)"):
+        mse(np.zeros((2, 3)), np.zeros((1, 3)))
+
+
+def test_get_loss_by_name():
+    assert get_loss("mse") is mse
+    assert get_loss("bce") is bce_with_logits
+    assert get_loss("softmax_ce") is softmax_cross_entropy
+    with pytest.raises(ValueError, match="unknown loss 'hinge'"):
+        get_loss("hinge")
