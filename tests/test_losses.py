@@ -155,3 +155,9 @@ def test_get_loss_by_name():
     assert get_loss("softmax_ce") is softmax_cross_entropy
     with pytest.raises(ValueError, match="unknown loss 'hinge'"):
         get_loss("hinge")
+
+
+@pytest.mark.parametrize("rows", [[[3.0, -5.0]], [[0.2, 0.2]]], ids=["negative", "not-summing-to-one"])
+def test_two_d_labels_must_be_distributions(rows):
+    with pytest.raises(ValueError, match="non-negative, each row summing to 1"):
+        softmax_cross_entropy(np.zeros((1, 2)), np.array(rows))

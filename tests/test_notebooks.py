@@ -1,0 +1,64 @@
+"""The course notebooks run top to bottom in a real Jupyter kernel, and are committed without outputs.
+
+The tests set ``SGRAD_SMOKE=1``, which each notebook's first code cell reads to shrink its sizes.
+Run one notebook alone with ``pytest tests/test_notebooks.py -k 04``.
+"""
+
+import json
+import os
+import pathlib
+import time
+
+import pytest
+
+NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+
+
+def execute(path, *, smoke):
+    """Run the notebook at ``path`` in a fresh python3 kernel; returns the executed notebook and seconds taken."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    env_before = os.environ.get("SGRAD_SMOKE")
+    os.environ["SGRAD_SMOKE"] = "1" if smoke else "0"
+    start = time.perf_counter()
+    try:
+        NotebookClient(notebook, timeout=900, kernel_name="python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+    finally:
+        if env_before is None:
+            del os.environ["SGRAD_SMOKE"]
+        else:
+            os.environ["SGRAD_SMOKE"] = env_before
+    return notebook, time.perf_counter() - start
+
+
+def test_the_course_has_its_notebooks():
+    assert len(NOTEBOOKS) >= 1, f"no notebooks found in {NOTEBOOK_DIR}"
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom_in_smoke_mode(path):
+    notebook, _ = execute(path, smoke=True)
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count for cell in code_cells)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_committed_without_outputs(path):
+    cells = json.loads(path.read_text())["cells"]
+    dirty = [i for i, cell in enumerate(cells)
+             if cell["cell_type"] == "code" and (cell.get("outputs") or cell.get("execution_count"))]
+    assert not dirty, f"{path.name}: cells {dirty} hold outputs; clear them before committing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_reads_the_smoke_flag_first_and_ends_with_what_to_try(path):
+    cells = json.loads(path.read_text())["cells"]
+    first_code = next(cell for cell in cells if cell["cell_type"] == "code")
+    assert "SGRAD_SMOKE" in "".join(first_code["source"])
+    last_markdown = [cell for cell in cells if cell["cell_type"] == "markdown"][-1]
+    assert "what to try" in "".join(last_markdown["source"]).lower()
