@@ -4,6 +4,7 @@ The blog post's names are kept: :class:`Layer`, :class:`DNI`, and the
 nonlinearity pairs such as :func:`sigmoid` / :func:`sigmoid_out2deriv`.
 """
 
+from . import blackbox, checks
 from .comparison import compare, results_table
 from .dni import DNI
 from .generators import LinearGenerator

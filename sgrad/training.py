@@ -68,8 +68,8 @@ class TrainConfig:
     epochs: int = 300
     batch_size: int = 32
     update_rule: str = "adam"
-    alpha: float = 3e-3
-    generator_alpha: float | None = 3e-4
+    alpha: float = 2e-3
+    generator_alpha: float | None = None
     loss: str = "bce"
     generator_targets: str = "bootstrap"
     probe_size: int = 256
