@@ -19,7 +19,44 @@ from .generators import LinearGenerator
 from .layers import Layer
 
 
-class DNI(Layer):
+class _Decoupled:
+    """The two DNI steps, shared by :class:`DNI` (a blog-style layer) and :class:`DNIBlock` (any block).
+
+    Needs ``generator``, ``alpha``, ``generator_alpha``, ``condition_dim``,
+    ``input_dim``, ``update(alpha)``, and ``_module_forward`` / ``_module_backward``.
+    """
+
+    def forward_and_synthetic_update(self, input, condition=None):
+        """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
+
+        input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
+        else None.  ``input_delta`` is ĝ backpropagated through this layer with
+        its pre-update weights: the bootstrapped target for the layer below.
+        """
+        _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
+        # The condition is checked before anything runs, so a bad one changes nothing.
+        _validation.check_condition(condition, self.condition_dim, input.shape[0], "this DNI")
+        output = self._module_forward(input)
+        self.synthetic_gradient = self.generator.forward(output, condition)
+        input_delta = self._module_backward(self.synthetic_gradient)
+        self.update(self.alpha)
+        return input_delta, output
+
+    def update_synthetic_weights(self, target_gradient):
+        """One descent step of the generator towards ``target_gradient``; returns its regression loss.
+
+        target_gradient: (batch, output_dim), what the layer above returned (or
+        the true gradient dL/dh, for the top DNI of a stack).
+        """
+        if self.synthetic_gradient is None:
+            raise ValueError(
+                "update_synthetic_weights() needs a synthetic gradient to correct; "
+                "call forward_and_synthetic_update(input) first"
+            )
+        return self.generator.update(target_gradient, self.generator_alpha)
+
+
+class DNI(Layer, _Decoupled):
     """A :class:`~sgrad.Layer` decoupled by a synthetic-gradient generator.
 
     The blog's call works as written: ``DNI(16, 128, sigmoid, sigmoid_out2deriv, alpha=0.1)``.
@@ -66,36 +103,6 @@ class DNI(Layer):
         self.generator = generator
         self.synthetic_gradient = None
 
-    def forward_and_synthetic_update(self, input, condition=None):
-        """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
-
-        input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
-        else None.  ``input_delta`` is ĝ backpropagated through this layer with
-        its pre-update weights: the bootstrapped target for the layer below.
-        """
-        _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
-        _validation.check_condition(condition, self.condition_dim, input.shape[0], "this DNI")
-        output = self._forward(input)
-        self.synthetic_gradient = self.generator.forward(output, condition)
-        input_delta = self._backward(self.synthetic_gradient)
-        self.update(self.alpha)
-        return input_delta, output
-
-    def update_synthetic_weights(self, target_gradient):
-        """One descent step of the generator towards ``target_gradient``; returns its regression loss.
-
-        target_gradient: (batch, output_dim), what the layer above returned (or
-        the true gradient dL/dh, for the top DNI of a stack).
-        """
-        if self.synthetic_gradient is None:
-            raise ValueError(
-                "update_synthetic_weights() needs a synthetic gradient to correct; "
-                "call forward_and_synthetic_update(input) first"
-            )
-        _validation.check_same_shape(target_gradient, "target_gradient", self.synthetic_gradient,
-                                     "this layer's last synthetic gradient")
-        return self.generator.update(target_gradient, self.generator_alpha)
-
     def normal_update(self, true_gradient):
         """The blog's top-layer step: backprop ``true_gradient`` (dL/dh), descend, return the input delta.
 
@@ -105,8 +112,76 @@ class DNI(Layer):
         self.update(self.alpha)
         return input_delta
 
+    def _module_forward(self, input):
+        return self._forward(input)
+
+    def _module_backward(self, output_delta):
+        return self._backward(output_delta)
+
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, condition_dim={self.condition_dim})"
+
+
+class DNIBlock(_Decoupled):
+    """Any block (e.g. :func:`sgrad.blocks.dense_block`, Linear→BatchNorm→ReLU) decoupled by a generator.
+
+    Works as :class:`DNI` does: ``forward_and_synthetic_update(input, condition)``
+    runs the block, asks ``generator`` for ĝ = M(h, c), descends on it at once,
+    and returns ``(input_delta, output)``; ``update_synthetic_weights(target)``
+    trains the generator.  ``forward`` and ``predict`` only run the block.
+    """
+
+    def __init__(self, block, generator, alpha=0.1, *, generator_alpha=None):
+        _check_generator(generator, block.output_dim, getattr(generator, "condition_dim", 0))
+        self.block = block
+        self.generator = generator
+        self.input_dim = block.input_dim
+        self.output_dim = block.output_dim
+        self.condition_dim = generator.condition_dim
+        self.alpha = _validation.check_learning_rate(alpha, "alpha")
+        self.generator_alpha = (self.alpha if generator_alpha is None
+                                else _validation.check_learning_rate(generator_alpha, "generator_alpha"))
+        self.synthetic_gradient = None
+        self.output = None
+
+    @property
+    def parameters(self):
+        return self.block.parameters
+
+    @property
+    def gradients(self):
+        return self.block.gradients
+
+    def train(self, mode=True):
+        for part in (self.block, self.generator):
+            if hasattr(part, "train"):
+                part.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def forward(self, input):
+        self.output = self.block.forward(input)
+        return self.output
+
+    def predict(self, input):
+        return self.block.predict(input)
+
+    def backward(self, output_delta):
+        return self.block.backward(output_delta)
+
+    def update(self, alpha):
+        self.block.update(alpha)
+
+    def _module_forward(self, input):
+        return self.forward(input)
+
+    def _module_backward(self, output_delta):
+        return self.block.backward(output_delta)
+
+    def __repr__(self):
+        return f"DNIBlock({self.block!r}, generator={type(self.generator).__name__})"
 
 
 def _check_generator(generator, output_dim, condition_dim):

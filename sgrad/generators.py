@@ -12,27 +12,96 @@ oracle for a test, and pass it to :class:`sgrad.DNI` as ``generator=``):
     None, and remember what ``update`` needs.
 ``update(target, alpha) -> float``
     Take one descent step, with learning rate ``alpha``, on the regression
-    loss ``L_M = 1/(2 batch) * sum((ĝ - target)**2)`` of the last forward's
-    prediction, and return that loss (measured before the step).
+    loss ``L_M = 1/(2 batch) * sum((prediction - target)**2)`` of the last
+    forward's prediction, and return that loss (measured before the step).
+    It checks the target's shape.
 ``predict(h, condition=None) -> ĝ``
     The same prediction with no side effects, for diagnostics.
+
+Here: :class:`LinearGenerator` (the blog's and the paper's), :class:`MLPGenerator`
+(hidden layers, optionally batch-normalised, as in the public TensorFlow
+reproduction) and :class:`SyntheticLossGenerator` (predicts a loss, not a gradient).
 """
 
 import numpy as np
 
-from . import _validation, kernels
-from .initializers import initialize
-from .optimizers import get_update_rule
+from . import _validation
+from .blocks import Sequential, dense_block
+from .layers import Layer
+from .nonlinearities import sigmoid
 
 
 def regression_loss(prediction, target):
-    """The generator's loss ``1/(2 batch) * sum((ĝ - target)**2)`` and its gradient dL_M/dĝ."""
+    """The generator's loss ``1/(2 batch) * sum((prediction - target)**2)`` and its gradient."""
     diff = prediction - target
     batch = prediction.shape[0]
     return 0.5 * float(np.sum(diff * diff)) / batch, diff / batch
 
 
-class LinearGenerator:
+class Generator:
+    """A network ``net`` on ``[h, c]`` that predicts ĝ and learns by regression onto its targets.
+
+    ``net`` follows the :class:`~sgrad.Layer` convention (forward, predict,
+    backward, update, parameters, gradients).  Subclasses build it.
+    """
+
+    def __init__(self, net, output_dim, condition_dim):
+        self.net = net
+        self.output_dim = output_dim
+        self.condition_dim = condition_dim
+        self.input = None
+        self.synthetic_gradient = None
+        self._gradients = {}
+
+    @property
+    def parameters(self):
+        """The trainable arrays by name."""
+        return self.net.parameters
+
+    @property
+    def gradients(self):
+        """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters`."""
+        return self._gradients
+
+    def train(self, mode=True):
+        if hasattr(self.net, "train"):
+            self.net.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def predict(self, h, condition=None):
+        """ĝ = M(h, c): (batch, output_dim), with no side effects."""
+        return self.net.predict(self._joined(h, condition))
+
+    def forward(self, h, condition=None):
+        """ĝ = M(h, c), remembering the input for :meth:`update`."""
+        self.input = self._joined(h, condition)
+        self.synthetic_gradient = self.net.forward(self.input)
+        return self.synthetic_gradient
+
+    def update(self, target, alpha):
+        """One descent step on ``L_M`` of the last forward's ĝ against ``target``; returns ``L_M``."""
+        if self.synthetic_gradient is None:
+            raise ValueError("update() needs a prediction to correct; call forward(h) first")
+        _validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
+        alpha = _validation.check_learning_rate(alpha)
+        loss, dprediction = regression_loss(self.synthetic_gradient, target)
+        self.net.backward(dprediction)
+        self._gradients = dict(self.net.gradients)
+        self.net.update(alpha)
+        return loss
+
+    def _joined(self, h, condition):
+        _validation.check_batch(h, "h", self.output_dim, width_name="the generator's output_dim")
+        _validation.check_condition(condition, self.condition_dim, h.shape[0], "this generator")
+        if condition is None:
+            return h
+        return np.concatenate([h, condition.astype(h.dtype, copy=False)], axis=1)
+
+
+class LinearGenerator(Generator):
     """The blog's linear generator: ``ĝ = [h, c] @ weights + bias``.
 
     ``weights`` has shape (output_dim + condition_dim, output_dim): conditioning
@@ -43,60 +112,102 @@ class LinearGenerator:
 
     def __init__(self, output_dim, condition_dim=0, *, init="zeros", bias=True, update_rule=None,
                  seed=None, rng=None, dtype=np.float64):
-        self.output_dim = _validation.check_positive_int(output_dim, "output_dim")
-        self.condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
+        output_dim = _validation.check_positive_int(output_dim, "output_dim")
+        condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
+        net = Layer(output_dim + condition_dim, output_dim, "identity", bias=bias, init=init,
+                    update_rule=update_rule, seed=seed, rng=rng, dtype=dtype)
+        super().__init__(net, output_dim, condition_dim)
+
+    @property
+    def weights(self):
+        return self.net.weights
+
+    @weights.setter
+    def weights(self, value):
+        self.net.weights = value
+
+    @property
+    def bias(self):
+        return self.net.bias
+
+    @bias.setter
+    def bias(self, value):
+        self.net.bias = value
+
+    @property
+    def weights_grad(self):
+        return self._gradients.get("weights")
+
+    @property
+    def bias_grad(self):
+        return self._gradients.get("bias")
+
+    @property
+    def update_rule(self):
+        return self.net.update_rule
+
+
+class MLPGenerator(Generator):
+    """ĝ = MLP([h, c]): hidden Linear→(BatchNorm)→ReLU blocks, then a zero-initialised linear output.
+
+    ``hidden=(1024, 1024), batchnorm=True`` is the generator of the public
+    TensorFlow reproduction of the paper's MNIST experiments.  The zero output
+    layer makes ĝ = 0 at the start, as for :class:`LinearGenerator`.
+    """
+
+    def __init__(self, output_dim, condition_dim=0, *, hidden=(1024, 1024), batchnorm=True, update_rule=None,
+                 seed=None, rng=None, dtype=np.float64, prediction_dim=None):
+        output_dim = _validation.check_positive_int(output_dim, "output_dim")
+        condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
         rng = _validation.make_rng(seed, rng)
-        self.weights = initialize(init, (self.output_dim + self.condition_dim, self.output_dim), rng, dtype)
-        self.bias = np.zeros(self.output_dim, dtype=dtype) if bias else None
-        self.update_rule = get_update_rule(update_rule)
-        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.parameters.items()}
-        self.input = None
-        self.synthetic_gradient = None
-        self.weights_grad = None
-        self.bias_grad = None
+        widths = (output_dim + condition_dim, *[_validation.check_positive_int(w, "hidden width") for w in hidden])
+        blocks = [dense_block(a, b, "relu", batchnorm=batchnorm, update_rule=update_rule, rng=rng, dtype=dtype)
+                  for a, b in zip(widths[:-1], widths[1:])]
+        out = Layer(widths[-1], prediction_dim or output_dim, "identity", init="zeros", update_rule=update_rule,
+                    rng=rng, dtype=dtype)
+        super().__init__(Sequential(blocks + [out]), output_dim, condition_dim)
 
-    @property
-    def parameters(self):
-        """The trainable arrays by name."""
-        params = {"weights": self.weights}
-        if self.bias is not None:
-            params["bias"] = self.bias
-        return params
 
-    @property
-    def gradients(self):
-        """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters`."""
-        grads = {"weights": self.weights_grad}
-        if self.bias is not None:
-            grads["bias"] = self.bias_grad
-        return grads
+class SyntheticLossGenerator(MLPGenerator):
+    """Predicts a non-negative loss ``ℓ̂ = softplus(M([h, c]))`` per example, and offers its gradient as ĝ.
+
+    The variant of the public TensorFlow reproduction: a block descends
+    ``ĝ = dL̂/dh`` with ``L̂ = mean over the batch of ℓ̂``, and the generator
+    regresses ℓ̂ onto the next block's predicted loss (the top block's onto the
+    real per-example loss).  ``forward`` returns ĝ (batch, output_dim) and keeps
+    ``predicted_loss`` ℓ̂ (batch, 1); ``update(target, alpha)`` takes a target
+    of shape (batch, 1).  ``hidden=()`` gives a linear model.
+    """
+
+    def __init__(self, output_dim, condition_dim=0, **options):
+        super().__init__(output_dim, condition_dim, prediction_dim=1, **options)
+        self.predicted_loss = None
+        self._z = None
 
     def predict(self, h, condition=None):
-        """ĝ = M(h, c): (batch, output_dim), with no side effects."""
-        return kernels.linear_forward(self._joined(h, condition), self.weights, self.bias)
+        """ĝ = dL̂/dh for h, with no side effects (one forward and backward of a copy of the net)."""
+        import copy
+
+        probe = copy.deepcopy(self)
+        return probe.forward(h, condition)
 
     def forward(self, h, condition=None):
-        """ĝ = M(h, c), remembering the input for :meth:`update`."""
         self.input = self._joined(h, condition)
-        self.synthetic_gradient = kernels.linear_forward(self.input, self.weights, self.bias)
+        self._z = self.net.forward(self.input)
+        self.predicted_loss = np.logaddexp(0.0, self._z)  # softplus, without overflow
+        batch = h.shape[0]
+        dinput = self.net.backward(sigmoid(self._z) / batch)
+        self.synthetic_gradient = dinput[:, :self.output_dim]
         return self.synthetic_gradient
 
     def update(self, target, alpha):
-        """One descent step on ``L_M`` of the last forward's ĝ against ``target``; returns ``L_M``."""
-        if self.synthetic_gradient is None:
+        """One descent step of ``1/(2 batch) sum((ℓ̂ - target)**2)``; target: (batch, 1).  Returns that loss."""
+        if self.predicted_loss is None:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
-        _validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
+        _validation.check_same_shape(target, "target", self.predicted_loss, "the last predicted loss")
         alpha = _validation.check_learning_rate(alpha)
-        loss, dprediction = regression_loss(self.synthetic_gradient, target)
-        _, self.weights_grad, self.bias_grad = kernels.linear_backward(
-            dprediction, self.input, self.weights, self.bias is not None)
-        for name, param in self.parameters.items():
-            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+        loss, dloss = regression_loss(self.predicted_loss, target)
+        self.net.backward(dloss * sigmoid(self._z))
+        self._gradients = dict(self.net.gradients)
+        self.net.update(alpha)
         return loss
-
-    def _joined(self, h, condition):
-        _validation.check_batch(h, "h", self.output_dim, width_name="the generator's output_dim")
-        _validation.check_condition(condition, self.condition_dim, h.shape[0], "this generator")
-        if condition is None:
-            return h
-        return np.concatenate([h, condition.astype(h.dtype, copy=False)], axis=1)

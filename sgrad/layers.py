@@ -92,6 +92,10 @@ class Layer:
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         return self._forward(input)
 
+    def predict(self, input):
+        """The output for ``input`` with no side effects: nothing is remembered for ``backward``."""
+        return kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
+
     def backward(self, output_delta):
         """Backpropagate ``output_delta = dL/dh`` (batch, output_dim) through the last forward.
 

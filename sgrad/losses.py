@@ -5,7 +5,9 @@ no averaging of their own):
 
 - ``reduction="mean"`` (default): sum over features, mean over the batch;
 - ``reduction="sum"``: sum over everything.  The blog's ``delta = output - y``
-  is the gradient of :func:`mse` with this reduction.
+  is the gradient of :func:`mse` with this reduction;
+- ``reduction="none"``: one value per example, shape (batch,); the gradient is
+  that of each example's own loss (as for ``"sum"``).
 """
 
 import numpy as np
@@ -13,7 +15,7 @@ import numpy as np
 from . import _validation
 from .nonlinearities import sigmoid
 
-REDUCTIONS = ("mean", "sum")
+REDUCTIONS = ("mean", "sum", "none")
 
 
 def mse(prediction, target, reduction="mean"):
@@ -23,8 +25,8 @@ def mse(prediction, target, reduction="mean"):
     """
     _check_pair(prediction, target)
     diff = prediction - target
-    scale = _scale(reduction, prediction.shape[0])
-    return 0.5 * scale * float(np.sum(diff * diff)), scale * diff
+    value, scale = _reduce(0.5 * np.sum(diff * diff, axis=1), reduction)
+    return value, scale * diff
 
 
 def bce_with_logits(logits, target, reduction="mean"):
@@ -39,9 +41,9 @@ def bce_with_logits(logits, target, reduction="mean"):
         raise ValueError(
             f"bce_with_logits targets must lie in [0, 1]; got values from {target.min()} to {target.max()}"
         )
-    scale = _scale(reduction, logits.shape[0])
     per_element = np.maximum(logits, 0) - logits * target + np.log1p(np.exp(-np.abs(logits)))
-    return scale * float(np.sum(per_element)), scale * (sigmoid(logits) - target)
+    value, scale = _reduce(per_element.sum(axis=1), reduction)
+    return value, scale * (sigmoid(logits) - target)
 
 
 def softmax(logits):
@@ -61,10 +63,9 @@ def softmax_cross_entropy(logits, labels, reduction="mean"):
     """
     _validation.check_batch(logits, "logits")
     target = _as_target_distribution(labels, logits)
-    scale = _scale(reduction, logits.shape[0])
     shifted = logits - logits.max(axis=1, keepdims=True)
     log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-    value = -scale * float(np.sum(target * log_probs))
+    value, scale = _reduce(-np.sum(target * log_probs, axis=1), reduction)
     return value, scale * (np.exp(log_probs) - target)
 
 
@@ -80,11 +81,14 @@ def get_loss(name):
         raise ValueError(f"unknown loss {name!r}; choose one of {known}") from None
 
 
-def _scale(reduction, batch):
+def _reduce(per_example, reduction):
+    """The reduced value of per-example losses, and the factor that scales each example's gradient."""
     if reduction == "mean":
-        return 1.0 / batch
+        return float(per_example.mean()), 1.0 / per_example.shape[0]
     if reduction == "sum":
-        return 1.0
+        return float(per_example.sum()), 1.0
+    if reduction == "none":
+        return per_example, 1.0
     raise ValueError(f"reduction must be one of {REDUCTIONS}; got {reduction!r}")
 
 

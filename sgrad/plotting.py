@@ -46,3 +46,32 @@ def plot_comparison(histories, path=None, *, title=None):
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
+
+
+PAPER_COLORS = dict(COLORS, **{"synthetic-loss": "tab:red"})
+
+
+def plot_paper(results, path=None):
+    """Test accuracy against iterations, one panel per depth, one line per method.
+
+    results: ``{(method, depth): history}`` from :func:`sgrad.paper.run_grid`.
+    Saves a PNG to ``path`` if given; returns the figure.
+    """
+    depths = sorted({d for _, d in results})
+    fig = Figure(figsize=(4.5 * len(depths), 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(depths), sharey=True))
+    for ax, depth in zip(axes, depths):
+        for (method, d), history in results.items():
+            if d != depth:
+                continue
+            label = method + (" (diverged)" if history.get("diverged") else "")
+            ax.plot(history["iteration"], 100 * np.asarray(history["test_accuracy"]),
+                    color=PAPER_COLORS.get(method), label=label)
+        ax.set(title=f"MNIST, {depth} layers", xlabel="iteration")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy (%)")
+    axes[0].legend(fontsize="small", loc="lower right")
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig

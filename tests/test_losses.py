@@ -125,7 +125,7 @@ def test_softmax_cross_entropy_is_finite_and_silent_for_logits_up_to_1e4(dtype):
 
 def test_unknown_reduction_raises():
     x = np.zeros((2, 2))
-    with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum'\); got 'max'"):
+    with pytest.raises(ValueError, match=r"reduction must be one of \('mean', 'sum', 'none'\); got 'max'"):
         mse(x, x, reduction="max")
 
 
@@ -161,3 +161,15 @@ def test_get_loss_by_name():
 def test_two_d_labels_must_be_distributions(rows):
     with pytest.raises(ValueError, match="non-negative, each row summing to 1"):
         softmax_cross_entropy(np.zeros((1, 2)), np.array(rows))
+
+
+@pytest.mark.parametrize("loss", [mse, bce_with_logits, softmax_cross_entropy])
+def test_none_reduction_gives_each_examples_loss_and_the_sum_gradient(loss):
+    rng = np.random.default_rng(5)
+    prediction = rng.standard_normal((4, 3))
+    target = np.eye(3)[[0, 2, 1, 1]]
+    values, grad = loss(prediction, target, reduction="none")
+    assert values.shape == (4,)
+    for i in range(4):
+        assert values[i] == pytest.approx(loss(prediction[i:i + 1], target[i:i + 1], reduction="sum")[0], rel=1e-12)
+    np.testing.assert_allclose(grad, loss(prediction, target, reduction="sum")[1], rtol=1e-15)

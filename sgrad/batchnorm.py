@@ -1,0 +1,123 @@
+"""Batch normalisation (Ioffe & Szegedy, 2015) with a hand-written backward pass.
+
+In training mode each feature is normalised with the batch's own mean and
+variance, and running averages of both are kept; in evaluation mode the
+running averages are used instead, so a prediction does not depend on the
+rest of the batch.
+"""
+
+import numpy as np
+
+from . import _validation
+from .optimizers import get_update_rule
+
+
+def batchnorm_forward(x, gamma, beta, eps):
+    """Training-mode batch norm.  x: (batch, features).  Returns ``(out, x_hat, inv_std, mean, var)``."""
+    mean = x.mean(axis=0)
+    centred = x - mean
+    var = (centred * centred).mean(axis=0)
+    inv_std = 1.0 / np.sqrt(var + eps)
+    x_hat = centred * inv_std
+    return x_hat * gamma + beta, x_hat, inv_std, mean, var
+
+
+def batchnorm_backward(dout, x_hat, inv_std, gamma):
+    """Backward of :func:`batchnorm_forward`: returns ``(dx, dgamma, dbeta)``.
+
+    Uses the compact form ``dx = inv_std * (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat))``,
+    which accounts for the batch mean and variance depending on every row.
+    """
+    dgamma = (dout * x_hat).sum(axis=0)
+    dbeta = dout.sum(axis=0)
+    dx_hat = dout * gamma
+    dx = inv_std * (dx_hat - dx_hat.mean(axis=0) - x_hat * (dx_hat * x_hat).mean(axis=0))
+    return dx, dgamma, dbeta
+
+
+class BatchNorm:
+    """Batch normalisation over the features of a (batch, features) input, with a learned scale and shift.
+
+    ``momentum`` is the weight of the newest batch in the running averages
+    (PyTorch's convention).  ``training`` selects the mode: set it with
+    :meth:`train` and :meth:`eval`.
+    """
+
+    def __init__(self, features, *, momentum=0.1, eps=1e-5, update_rule=None, dtype=np.float64):
+        self.input_dim = self.output_dim = _validation.check_positive_int(features, "features")
+        if not 0 < momentum <= 1:
+            raise ValueError(f"momentum must be in (0, 1]; got {momentum!r}")
+        self.momentum = float(momentum)
+        self.eps = float(eps)
+        self.gamma = np.ones(features, dtype=dtype)
+        self.beta = np.zeros(features, dtype=dtype)
+        self.running_mean = np.zeros(features, dtype=dtype)
+        self.running_var = np.ones(features, dtype=dtype)
+        self.training = True
+        self.update_rule = get_update_rule(update_rule)
+        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.parameters.items()}
+        self.gradients = {}
+        self._cache = None
+
+    @property
+    def parameters(self):
+        return {"gamma": self.gamma, "beta": self.beta}
+
+    def train(self, mode=True):
+        self.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def predict(self, x):
+        """The output for x in the current mode, with no side effects (running averages untouched)."""
+        if self.training:
+            return batchnorm_forward(x, self.gamma, self.beta, self.eps)[0]
+        return (x - self.running_mean) / np.sqrt(self.running_var + self.eps) * self.gamma + self.beta
+
+    def forward(self, x):
+        """Normalise x: (batch, features); in training mode also update the running averages."""
+        _validation.check_batch(x, "input", self.input_dim, width_name="features")
+        self.gradients = {}
+        if self.training:
+            if x.shape[0] < 2:
+                raise ValueError("batch norm in training mode needs a batch of at least 2 rows; "
+                                 "use eval() for single examples")
+            out, x_hat, inv_std, mean, var = batchnorm_forward(x, self.gamma, self.beta, self.eps)
+            batch = x.shape[0]
+            # Running variance is unbiased, as in PyTorch.
+            self.running_mean += self.momentum * (mean - self.running_mean)
+            self.running_var += self.momentum * (var * batch / (batch - 1) - self.running_var)
+        else:
+            inv_std = 1.0 / np.sqrt(self.running_var + self.eps)
+            x_hat = (x - self.running_mean) * inv_std
+            out = x_hat * self.gamma + self.beta
+        self._cache = (x_hat, inv_std, self.training)
+        return out
+
+    def backward(self, output_delta):
+        """Backpropagate dL/d(output); stores dL/dgamma and dL/dbeta, returns dL/dx."""
+        if self._cache is None:
+            raise ValueError("backward() needs a forward pass first; call forward(x)")
+        x_hat, inv_std, training = self._cache
+        _validation.check_same_shape(output_delta, "output_delta", x_hat, "the last output")
+        if training:
+            dx, dgamma, dbeta = batchnorm_backward(output_delta, x_hat, inv_std, self.gamma)
+        else:  # the running statistics are constants: an elementwise affine map
+            dgamma, dbeta = (output_delta * x_hat).sum(axis=0), output_delta.sum(axis=0)
+            dx = output_delta * (self.gamma * inv_std)
+        self.gradients = {"gamma": dgamma, "beta": dbeta}
+        return dx
+
+    def update(self, alpha):
+        """One descent step on gamma and beta with the gradients of the last backward."""
+        if not self.gradients:
+            raise ValueError("update() needs gradients; call backward(output_delta) after forward(x) first")
+        alpha = _validation.check_learning_rate(alpha)
+        for name, param in self.parameters.items():
+            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+        self.gradients = {}
+
+    def __repr__(self):
+        return f"BatchNorm({self.input_dim}, training={self.training})"

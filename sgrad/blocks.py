@@ -1,0 +1,119 @@
+"""Blocks of layers: an elementwise nonlinearity, a chain of modules, and the paper's Linear→BatchNorm→ReLU.
+
+Every module here follows the :class:`~sgrad.Layer` convention, so a block can
+sit wherever a layer can, including under one DNI (:class:`sgrad.DNIBlock`):
+
+- ``forward(x)`` remembers what ``backward`` needs; ``predict(x)`` has no side effects;
+- ``backward(output_delta)`` stores the ``gradients`` and returns the input delta;
+- ``update(alpha)`` takes one descent step; ``parameters`` and ``gradients`` are dicts.
+"""
+
+import numpy as np
+
+from . import _validation
+from .batchnorm import BatchNorm
+from .layers import Layer
+from .nonlinearities import resolve_nonlinearity
+
+
+class Activation:
+    """An elementwise nonlinearity as a module of its own (no parameters)."""
+
+    parameters = {}
+    gradients = {}
+
+    def __init__(self, nonlin, nonlin_deriv=None):
+        self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
+        self.output = None
+
+    def predict(self, x):
+        return self.nonlin(x)
+
+    def forward(self, x):
+        self.output = self.nonlin(x)
+        return self.output
+
+    def backward(self, output_delta):
+        if self.output is None:
+            raise ValueError("backward() needs a forward pass first; call forward(x)")
+        return output_delta * self.nonlin_deriv(self.output)
+
+    def update(self, alpha):
+        """Nothing to learn."""
+
+    def __repr__(self):
+        return f"Activation({self.nonlin.__name__!r})"
+
+
+class Sequential:
+    """Modules applied one after the other; backward runs them in reverse.
+
+    ``parameters`` and ``gradients`` are keyed ``'<index>.<name>'``, e.g. ``'0.weights'``.
+    """
+
+    def __init__(self, modules):
+        self.modules = list(modules)
+        if not self.modules:
+            raise ValueError("Sequential needs at least one module")
+        sized = [m for m in self.modules if hasattr(m, "input_dim")]
+        if not sized:
+            raise ValueError("Sequential needs at least one module with an input_dim, such as a Layer")
+        self.input_dim = sized[0].input_dim
+        self.output_dim = sized[-1].output_dim
+
+    @property
+    def parameters(self):
+        return {f"{i}.{name}": p for i, m in enumerate(self.modules) for name, p in m.parameters.items()}
+
+    @property
+    def gradients(self):
+        return {f"{i}.{name}": g for i, m in enumerate(self.modules) for name, g in m.gradients.items()}
+
+    def train(self, mode=True):
+        for module in self.modules:
+            if hasattr(module, "train"):
+                module.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def predict(self, x):
+        for module in self.modules:
+            x = module.predict(x)
+        return x
+
+    def forward(self, x):
+        _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
+        for module in self.modules:
+            x = module.forward(x)
+        return x
+
+    def backward(self, output_delta):
+        for module in reversed(self.modules):
+            output_delta = module.backward(output_delta)
+        return output_delta
+
+    def update(self, alpha):
+        for module in self.modules:
+            if module.parameters:
+                module.update(alpha)
+
+    def __repr__(self):
+        return "Sequential([" + ", ".join(map(repr, self.modules)) + "])"
+
+
+def dense_block(input_dim, output_dim, nonlin="relu", *, batchnorm=True, init="he", update_rule=None,
+                seed=None, rng=None, dtype=np.float64):
+    """The paper's hidden block: Linear→BatchNorm→nonlinearity (or Linear→nonlinearity without batch norm).
+
+    With batch norm the linear map has no bias: the norm's shift beta plays its part.
+    """
+    rng = _validation.make_rng(seed, rng)
+    linear = Layer(input_dim, output_dim, "identity", bias=not batchnorm, init=init, update_rule=update_rule,
+                   rng=rng, dtype=dtype)
+    modules = [linear]
+    if batchnorm:
+        modules.append(BatchNorm(output_dim, update_rule=update_rule, dtype=dtype))
+    modules.append(Activation(nonlin))
+    return Sequential(modules)
