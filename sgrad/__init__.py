@@ -6,8 +6,10 @@ nonlinearity pairs such as :func:`sigmoid` / :func:`sigmoid_out2deriv`.
 
 from . import blackbox, checks
 from .comparison import compare, results_table
-from .dni import DNI
-from .generators import LinearGenerator
+from .batchnorm import BatchNorm
+from .blocks import Activation, Sequential, dense_block
+from .dni import DNI, DNIBlock
+from .generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from .layers import Layer
 from .losses import bce_with_logits, mse, softmax, softmax_cross_entropy
 from .nonlinearities import (identity, identity_out2deriv, relu, relu_out2deriv, sigmoid,
@@ -18,7 +20,8 @@ from .training import METHODS, TrainConfig, TrainingDiverged, train
 __version__ = "0.1.0"
 
 __all__ = [
-    "DNI", "Layer", "LinearGenerator",
+    "DNI", "DNIBlock", "Layer", "LinearGenerator", "MLPGenerator", "SyntheticLossGenerator",
+    "BatchNorm", "Activation", "Sequential", "dense_block",
     "sigmoid", "sigmoid_out2deriv", "tanh", "tanh_out2deriv", "relu", "relu_out2deriv",
     "identity", "identity_out2deriv",
     "mse", "bce_with_logits", "softmax", "softmax_cross_entropy",

@@ -40,7 +40,10 @@ def check_batch(array, name, width=None, *, width_name="features"):
             f"Convert it with {name}.astype(np.float64)."
         )
     if array.ndim != 2:
-        hint = " For a single example use x.reshape(1, -1)." if array.ndim == 1 else ""
+        hint = ""
+        if array.ndim == 1:
+            hint = (f" For a column of {array.shape[0]} values use {name}.reshape(-1, 1)." if width == 1
+                    else f" For a single example use {name}.reshape(1, -1).")
         raise ValueError(f"{name} must have shape {expected}; got shape {array.shape}.{hint}")
     if width is not None and array.shape[1] != width:
         raise ValueError(

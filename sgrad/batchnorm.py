@@ -74,25 +74,29 @@ class BatchNorm:
         """The output for x in the current mode, with no side effects (running averages untouched)."""
         if self.training:
             return batchnorm_forward(x, self.gamma, self.beta, self.eps)[0]
-        return (x - self.running_mean) / np.sqrt(self.running_var + self.eps) * self.gamma + self.beta
+        return self._evaluate(x)[0]
+
+    def _evaluate(self, x):
+        """Evaluation mode: ``(out, x_hat, inv_std)`` with the running statistics."""
+        inv_std = 1.0 / np.sqrt(self.running_var + self.eps)
+        x_hat = (x - self.running_mean) * inv_std
+        return x_hat * self.gamma + self.beta, x_hat, inv_std
 
     def forward(self, x):
         """Normalise x: (batch, features); in training mode also update the running averages."""
         _validation.check_batch(x, "input", self.input_dim, width_name="features")
+        if self.training and x.shape[0] < 2:
+            raise ValueError("batch norm in training mode needs a batch of at least 2 rows; "
+                             "use eval() for single examples")
         self.gradients = {}
         if self.training:
-            if x.shape[0] < 2:
-                raise ValueError("batch norm in training mode needs a batch of at least 2 rows; "
-                                 "use eval() for single examples")
             out, x_hat, inv_std, mean, var = batchnorm_forward(x, self.gamma, self.beta, self.eps)
             batch = x.shape[0]
             # Running variance is unbiased, as in PyTorch.
             self.running_mean += self.momentum * (mean - self.running_mean)
             self.running_var += self.momentum * (var * batch / (batch - 1) - self.running_var)
         else:
-            inv_std = 1.0 / np.sqrt(self.running_var + self.eps)
-            x_hat = (x - self.running_mean) * inv_std
-            out = x_hat * self.gamma + self.beta
+            out, x_hat, inv_std = self._evaluate(x)
         self._cache = (x_hat, inv_std, self.training)
         return out
 

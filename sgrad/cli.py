@@ -1,4 +1,8 @@
-"""The ``sgrad`` command line.  ``sgrad compare`` trains backprop, no-bprop, DNI and cDNI side by side."""
+"""The ``sgrad`` command line.
+
+``sgrad compare`` trains backprop, no-bprop, DNI and cDNI side by side on binary addition;
+``sgrad paper`` runs the paper's MNIST experiments over methods and depths.
+"""
 
 import argparse
 import sys
@@ -7,9 +11,11 @@ from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
 from .comparison import compare, print_progress, results_table
 from .nonlinearities import NONLINEARITIES
+from .paper import GENERATORS, PAPER_METHODS, PaperConfig
 from .training import METHODS, TrainConfig
 
 DEFAULTS = TrainConfig()
+PAPER_DEFAULTS = PaperConfig()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,13 +61,20 @@ def _widths(text):
     return tuple(int(part) for part in parts)
 
 
-def _methods(text):
-    methods = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        raise argparse.ArgumentTypeError(
-            f"expected a comma-separated subset of {','.join(METHODS)}; got {text!r}")
-    return methods
+def _subset_of(choices):
+    def parse(text):
+        chosen = tuple(part.strip() for part in text.split(",") if part.strip())
+        if not chosen or any(c not in choices for c in chosen):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(choices)}; got {text!r}")
+        return chosen
+    return parse
+
+
+def _depths(text):
+    widths = _widths(text)
+    if min(widths) < 2:
+        raise argparse.ArgumentTypeError(f"every depth must be at least 2 (a hidden block and the top); got {text!r}")
+    return widths
 
 
 def build_parser():
@@ -71,7 +84,7 @@ def build_parser():
         "compare", help="compare backprop, no-bprop, DNI and cDNI on binary addition",
         description="Train every method from the same initial weights on the same batches of "
                     "binary addition; print a results table and write a figure and the histories.")
-    cmp.add_argument("--methods", type=_methods, default=METHODS,
+    cmp.add_argument("--methods", type=_subset_of(METHODS), default=METHODS,
                      help=f"comma-separated subset of {','.join(METHODS)} (default: all)")
     cmp.add_argument("--bits", type=_bits, default=8,
                      help="bits of the sum; operands are below 2**(bits-1) (default 8)")
@@ -99,12 +112,52 @@ def build_parser():
     cmp.add_argument("--out", default="results/compare",
                      help="folder for history.json, compare.png and results.md (default results/compare)")
     cmp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+    pap = commands.add_parser(
+        "paper", help="the paper's MNIST experiments: methods x depths",
+        description="Train fully connected MNIST nets (Linear-BatchNorm-ReLU blocks) by every method at "
+                    "every depth; finished cells are cached in --out, so an interrupted grid resumes. "
+                    "Writes results.md, paper.png and histories.json.")
+    pap.add_argument("--methods", type=_subset_of(PAPER_METHODS), default=PAPER_METHODS,
+                     help=f"comma-separated subset of {','.join(PAPER_METHODS)} (default: all)")
+    pap.add_argument("--depths", type=_depths, default=(PAPER_DEFAULTS.depth,),
+                     help="comma-separated numbers of layers, e.g. 3,4,5,6 (default 3)")
+    pap.add_argument("--iterations", type=_int_at_least(1), default=PAPER_DEFAULTS.iterations,
+                     help=f"default {PAPER_DEFAULTS.iterations}")
+    pap.add_argument("--batch-size", type=_int_at_least(2), default=PAPER_DEFAULTS.batch_size,
+                     help=f"default {PAPER_DEFAULTS.batch_size}")
+    pap.add_argument("--hidden", type=_int_at_least(1), default=PAPER_DEFAULTS.hidden,
+                     help=f"width of each hidden block (default {PAPER_DEFAULTS.hidden})")
+    pap.add_argument("--no-batchnorm", action="store_true", help="Linear-ReLU blocks instead of Linear-BatchNorm-ReLU")
+    pap.add_argument("--generator", choices=GENERATORS, default=PAPER_DEFAULTS.generator,
+                     help=f"synthetic-gradient generator (default {PAPER_DEFAULTS.generator})")
+    pap.add_argument("--generator-hidden", type=_widths, default=PAPER_DEFAULTS.generator_hidden,
+                     help="hidden widths of the mlp generator (default "
+                          f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))})")
+    pap.add_argument("--no-generator-batchnorm", action="store_true", help="mlp generator without batch norm")
+    pap.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
+                     help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
+    pap.add_argument("--generator-lr", type=_positive_float, default=None, help="generators' learning rate (default: --lr)")
+    pap.add_argument("--eval-every", type=_int_at_least(1), default=PAPER_DEFAULTS.eval_every,
+                     help=f"iterations between test-accuracy measurements (default {PAPER_DEFAULTS.eval_every})")
+    pap.add_argument("--train-subset", type=_int_at_least(1), default=None,
+                     help="train on this many examples drawn with --seed (default: all 60000)")
+    pap.add_argument("--no-verify", action="store_true",
+                     help="accept an archive in the mnist.npz layout that is not the real MNIST (no hash check)")
+    pap.add_argument("--dtype", choices=("float32", "float64"), default=PAPER_DEFAULTS.dtype)
+    pap.add_argument("--seed", type=_int_at_least(0), default=0, help="fixes weights, generators and batches (default 0)")
+    pap.add_argument("--data", default=None,
+                     help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
+    pap.add_argument("--out", default="results/paper", help="output and cache folder (default results/paper)")
+    pap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "paper":
+        return _paper(parser, args)
     try:
         histories = compare(
             args.methods, output_dim=args.bits, num_train=args.train, num_test=args.test,
@@ -116,6 +169,29 @@ def main(argv=None):
         parser.exit(2, f"sgrad compare: error: {error}\n")
     print(results_table(histories))
     print(f"wrote {args.out}/history.json, compare.png and results.md", file=sys.stderr)
+    return 0
+
+
+def _paper(parser, args):
+    from data_gen.mnist import load_mnist, prepare_mnist
+
+    from .paper import results_table as paper_table
+    from .paper import run_grid
+
+    try:
+        config = PaperConfig(
+            iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
+            batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=args.generator_hidden,
+            generator_batchnorm=not args.no_generator_batchnorm, alpha=args.lr, generator_alpha=args.generator_lr,
+            eval_every=args.eval_every, dtype=args.dtype, seed=args.seed)
+        data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
+                             seed=args.seed if args.train_subset else None)
+        results = run_grid(tuple(data), methods=args.methods, depths=args.depths, config=config, out_dir=args.out,
+                           progress=None if args.quiet else print_progress)
+    except (ValueError, TypeError, OSError) as error:
+        parser.exit(2, f"sgrad paper: error: {error}\n")
+    print(paper_table(results))
+    print(f"wrote {args.out}/results.md, paper.png and histories.json", file=sys.stderr)
     return 0
 
 

@@ -46,7 +46,9 @@ class _Decoupled:
         """One descent step of the generator towards ``target_gradient``; returns its regression loss.
 
         target_gradient: (batch, output_dim), what the layer above returned (or
-        the true gradient dL/dh, for the top DNI of a stack).
+        the true gradient dL/dh, for the top DNI of a stack).  The generator
+        checks its shape: a :class:`~sgrad.generators.SyntheticLossGenerator`
+        takes a predicted loss of shape (batch, 1) instead.
         """
         if self.synthetic_gradient is None:
             raise ValueError(

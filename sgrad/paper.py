@@ -18,6 +18,7 @@ finished cell in its output folder so that an interrupted grid resumes.
 """
 
 import dataclasses
+import hashlib
 import json
 import os
 import pathlib
@@ -218,11 +219,14 @@ def run_grid(data, *, methods=PAPER_METHODS, depths=(3,), config=None, out_dir=N
     config = PaperConfig() if config is None else config
     for method in methods:
         _check_method(method)
+    # A cached cell is reused only for the same settings and the same data.
+    data_tag = {"train_examples": len(data[0]), "test_examples": len(data[2]),
+                "labels_sha256": hashlib.sha256(np.ascontiguousarray(data[1]).tobytes()).hexdigest()}
     results = {}
     for depth in depths:
         cell_config = dataclasses.replace(config, depth=depth)
         for method in methods:
-            cached = _load_cell(out_dir, method, cell_config)
+            cached = _load_cell(out_dir, method, cell_config, data_tag)
             if cached is not None:
                 if progress is not None:
                     progress(f"[{method}, depth {depth}] loaded from {out_dir}")
@@ -235,7 +239,7 @@ def run_grid(data, *, methods=PAPER_METHODS, depths=(3,), config=None, out_dir=N
             if progress is not None:
                 progress(f"[{method}, depth {depth}] done in {history['wall_time']:.1f} s")
             results[(method, depth)] = history
-            _save_cell(out_dir, method, cell_config, history)
+            _save_cell(out_dir, method, cell_config, data_tag, history)
     if out_dir is not None:
         write_grid(results, out_dir, config)
     return results
@@ -277,24 +281,25 @@ def _cell_path(out_dir, method, config):
     return pathlib.Path(out_dir) / "cells" / f"{method}-depth{config.depth}.json"
 
 
-def _load_cell(out_dir, method, config):
+def _load_cell(out_dir, method, config, data_tag):
     if out_dir is None:
         return None
     path = _cell_path(out_dir, method, config)
     if not path.exists():
         return None
     record = json.loads(path.read_text())
-    if record.get("config") != json.loads(json.dumps(dataclasses.asdict(config))):
-        return None  # made with other settings: train again
+    if record.get("config") != json.loads(json.dumps(dataclasses.asdict(config))) or record.get("data") != data_tag:
+        return None  # made with other settings or other data: train again
     return record["history"]
 
 
-def _save_cell(out_dir, method, config, history):
+def _save_cell(out_dir, method, config, data_tag, history):
     if out_dir is None:
         return
     path = _cell_path(out_dir, method, config)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, json.dumps({"method": method, "config": dataclasses.asdict(config), "history": history}))
+    _atomic_write(path, json.dumps({"method": method, "config": dataclasses.asdict(config), "data": data_tag,
+                                    "history": history}))
 
 
 def _atomic_write(path, text):

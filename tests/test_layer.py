@@ -232,7 +232,7 @@ BAD_CALLS = [
     ("input_of_wrong_width", _fresh, lambda l: l.forward(np.ones((4, 5))),
      ValueError, r"input must have shape \(batch, 3\).*got shape \(4, 5\)"),
     ("one_dimensional_input", _fresh, lambda l: l.forward(np.ones(3)),
-     ValueError, r"shape \(batch, 3\); got shape \(3,\)\. For a single example use x\.reshape\(1, -1\)"),
+     ValueError, r"shape \(batch, 3\); got shape \(3,\)\. For a single example use input\.reshape\(1, -1\)"),
     ("integer_input", _fresh, lambda l: l.forward(np.ones((4, 3), dtype=np.int64)),
      TypeError, "input must hold floats; got dtype int64"),
     ("list_input", _fresh, lambda l: l.forward([[1.0, 2.0, 3.0]]),
