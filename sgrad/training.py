@@ -50,6 +50,7 @@ class TrainConfig:
     alpha, generator_alpha : learning rates of the layers and of the generators
         (``generator_alpha=None``: the same as ``alpha``).
     loss : 'bce' (logits and binary cross-entropy) or 'mse' (sigmoid outputs, the blog's).
+    generator_init : 'zeros' (the paper's) or 'blog' (the blog's random start).
     generator_targets : 'bootstrap' (the default, the method as published:
         each generator regresses onto the delta the layer above returned) or
         'true' (a teaching option: regress onto the true gradient dL/dh_k,
@@ -71,6 +72,7 @@ class TrainConfig:
     alpha: float = 2e-3
     generator_alpha: float | None = None
     loss: str = "bce"
+    generator_init: str = "zeros"
     generator_targets: str = "bootstrap"
     probe_size: int = 256
     seed: int = 0
@@ -92,6 +94,7 @@ class TrainConfig:
         get_nonlinearity(self.nonlin)
         get_update_rule(self.update_rule)
         _check_choice(self.generator_targets, "generator_targets", TARGETS)
+        _check_choice(self.generator_init, "generator_init", ("zeros", "blog"))
 
 
 def build_network(method, input_dim, output_dim, config=None):
@@ -112,6 +115,7 @@ def build_network(method, input_dim, output_dim, config=None):
         if method in ("dni", "cdni"):
             layers.append(DNI(fan_in, fan_out, config.nonlin, alpha=config.alpha,
                               generator_alpha=config.generator_alpha, condition_dim=condition_dim,
+                              generator_init=config.generator_init,
                               update_rule=config.update_rule, rng=rng))
         else:
             layers.append(Layer(fan_in, fan_out, config.nonlin, update_rule=config.update_rule, rng=rng))
@@ -195,7 +199,11 @@ def train(method, data, config=None, *, progress=None):
     - ``generator_loss``: per hidden layer, every step's regression loss, and
       ``generator_epoch_loss``: their mean per epoch (DNI only);
     - ``cosine_similarity``: per hidden layer, per epoch, cos(ĝ_k, g_k) on a
-      fixed probe batch (DNI only; a diagnostic never fed back into training);
+      fixed probe batch (DNI only; a diagnostic never fed back into training).
+      The cosine ignores scale: g_k on the probe batch is that of the mean
+      loss over ``probe_size`` rows, while generators learn targets at the
+      scale of ``batch_size`` rows (multiply g_k by probe_size / batch_size
+      to compare magnitudes);
     - ``wall_time``: seconds.
 
     ``progress``, if given, is called with a one-line status after some epochs.
