@@ -242,11 +242,7 @@ def check_dni_update(dni_class_or_factory, *, seed=0, raise_on_failure=False):
     a delta computed with the post-update weights.
     """
     def check():
-        for nonlin, input_dim, output_dim, condition_dim in DNI_CASES:
-            layer = _build_dni(dni_class_or_factory, nonlin, input_dim, output_dim, condition_dim, seed)
-            rng = np.random.default_rng(seed)
-            x = rng.standard_normal((BATCH, input_dim))
-            c = rng.standard_normal((BATCH, condition_dim)) if condition_dim else None
+        for layer, x, c, rng, (nonlin, input_dim, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
             expected, mistakes, dz = _reference_dni_step(layer, x, c)
             returned = _run("forward_and_synthetic_update()", layer.forward_and_synthetic_update, x.copy(), c)
             input_delta, output = _delta_and_output(returned, expected)
@@ -259,6 +255,17 @@ def check_dni_update(dni_class_or_factory, *, seed=0, raise_on_failure=False):
         return ("plain and conditioned DNI: output, ĝ, weights, bias and input_delta all match one descent step "
                 "on ĝ, with the delta from the pre-update weights")
     return _result("DNI.forward_and_synthetic_update", check, raise_on_failure)
+
+
+def _dni_cases(make, seed):
+    """For each of DNI_CASES: a fresh layer, an input batch x, a condition c (or None), the rng, and the case."""
+    for case in DNI_CASES:
+        nonlin, input_dim, output_dim, condition_dim = case
+        layer = _build_dni(make, nonlin, input_dim, output_dim, condition_dim, seed)
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((BATCH, input_dim))
+        c = rng.standard_normal((BATCH, condition_dim)) if condition_dim else None
+        yield layer, x, c, rng, case
 
 
 def _build_dni(make, nonlin, input_dim, output_dim, condition_dim, seed):
@@ -359,11 +366,7 @@ def check_generator_update(dni_class_or_factory, *, seed=0, raise_on_failure=Fal
     the target it was given (-target, zero, its own prediction, ...).
     """
     def check():
-        for nonlin, input_dim, output_dim, condition_dim in DNI_CASES:
-            layer = _build_dni(dni_class_or_factory, nonlin, input_dim, output_dim, condition_dim, seed)
-            rng = np.random.default_rng(seed)
-            x = rng.standard_normal((BATCH, input_dim))
-            c = rng.standard_normal((BATCH, condition_dim)) if condition_dim else None
+        for layer, x, c, rng, (nonlin, input_dim, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
             target = rng.standard_normal((BATCH, output_dim))
             if isinstance(layer, DNI):  # sgrad's own step, so that this check grades the generator update alone
                 _run("DNI.forward_and_synthetic_update()", DNI.forward_and_synthetic_update, layer, x, c)
