@@ -23,6 +23,8 @@ Here: :class:`LinearGenerator` (the blog's and the paper's), :class:`MLPGenerato
 reproduction) and :class:`SyntheticLossGenerator` (predicts a loss, not a gradient).
 """
 
+import copy
+
 import numpy as np
 
 from . import _validation
@@ -186,8 +188,6 @@ class SyntheticLossGenerator(MLPGenerator):
 
     def predict(self, h, condition=None):
         """ĝ = dL̂/dh for h, with no side effects (one forward and backward of a copy of the net)."""
-        import copy
-
         probe = copy.deepcopy(self)
         return probe.forward(h, condition)
 
