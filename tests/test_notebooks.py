@@ -35,8 +35,8 @@ def execute(path, *, smoke):
     return notebook, time.perf_counter() - start
 
 
-def test_the_course_has_its_notebooks():
-    assert len(NOTEBOOKS) >= 1, f"no notebooks found in {NOTEBOOK_DIR}"
+def test_the_course_has_its_eight_notebooks_in_order():
+    assert [p.stem[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, 9)], [p.name for p in NOTEBOOKS]
 
 
 @pytest.mark.notebooks
