@@ -4,7 +4,8 @@ The blog post's names are kept: :class:`Layer`, :class:`DNI`, and the
 nonlinearity pairs such as :func:`sigmoid` / :func:`sigmoid_out2deriv`.
 """
 
-from . import blackbox, checks
+from . import blackbox, checkpoint, checks
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .comparison import compare, results_table
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential, dense_block
@@ -27,4 +28,5 @@ __all__ = [
     "mse", "bce_with_logits", "softmax", "softmax_cross_entropy",
     "SGD", "Momentum", "Adam", "UpdateRule",
     "METHODS", "TrainConfig", "TrainingDiverged", "train", "compare", "results_table",
+    "checkpoint", "save_checkpoint", "load_checkpoint", "CheckpointError",
 ]

@@ -83,7 +83,8 @@ def build_parser():
     cmp = commands.add_parser(
         "compare", help="compare backprop, no-bprop, DNI and cDNI on binary addition",
         description="Train every method from the same initial weights on the same batches of "
-                    "binary addition; print a results table and write a figure and the histories.")
+                    "binary addition; print a results table and write a figure and the histories. "
+                    "Each method is checkpointed in --out, so a rerun carries on where it stopped.")
     cmp.add_argument("--methods", type=_subset_of(METHODS), default=METHODS,
                      help=f"comma-separated subset of {','.join(METHODS)} (default: all)")
     cmp.add_argument("--bits", type=_bits, default=8,
@@ -111,12 +112,17 @@ def build_parser():
                      help="fixes data, weights and batches (default 0)")
     cmp.add_argument("--out", default="results/compare",
                      help="folder for history.json, compare.png and results.md (default results/compare)")
+    cmp.add_argument("--checkpoint-every", type=_int_at_least(0), default=1000, metavar="STEPS",
+                     help="save each method's state in --out/checkpoints every STEPS steps and at its end; a rerun "
+                          "with the same settings carries on from there (default 1000; 0: no checkpoints, "
+                          "start afresh)")
     cmp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
     pap = commands.add_parser(
         "paper", help="the paper's MNIST experiments: methods x depths",
         description="Train fully connected MNIST nets (Linear-BatchNorm-ReLU blocks) by every method at "
-                    "every depth; finished cells are cached in --out, so an interrupted grid resumes. "
+                    "every depth; finished cells are cached in --out and the running one is checkpointed, so an "
+                    "interrupted grid resumes. "
                     "Writes results.md, paper.png and histories.json.")
     pap.add_argument("--methods", type=_subset_of(PAPER_METHODS), default=PAPER_METHODS,
                      help=f"comma-separated subset of {','.join(PAPER_METHODS)} (default: all)")
@@ -149,6 +155,9 @@ def build_parser():
     pap.add_argument("--data", default=None,
                      help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
     pap.add_argument("--out", default="results/paper", help="output and cache folder (default results/paper)")
+    pap.add_argument("--checkpoint-every", type=_int_at_least(0), default=500, metavar="ITERATIONS",
+                     help="save the running cell's state in --out/checkpoints every ITERATIONS iterations, so an "
+                          "interrupted cell carries on from there (default 500; 0: no checkpoints)")
     pap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     return parser
 
@@ -164,7 +173,7 @@ def main(argv=None):
             out_dir=args.out, progress=None if args.quiet else print_progress,
             epochs=args.epochs, batch_size=args.batch_size, hidden=args.hidden, nonlin=args.nonlin,
             update_rule=args.update_rule, alpha=args.lr, generator_alpha=args.generator_lr,
-            generator_targets=args.targets, seed=args.seed)
+            generator_targets=args.targets, seed=args.seed, checkpoint_every=args.checkpoint_every or None)
     except (ValueError, TypeError, OSError) as error:
         parser.exit(2, f"sgrad compare: error: {error}\n")
     print(results_table(histories))
@@ -187,7 +196,8 @@ def _paper(parser, args):
         data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
                              seed=args.seed if args.train_subset else None)
         results = run_grid(tuple(data), methods=args.methods, depths=args.depths, config=config, out_dir=args.out,
-                           progress=None if args.quiet else print_progress)
+                           progress=None if args.quiet else print_progress,
+                           checkpoint_every=args.checkpoint_every or None)
     except (ValueError, TypeError, OSError) as error:
         parser.exit(2, f"sgrad paper: error: {error}\n")
     print(paper_table(results))

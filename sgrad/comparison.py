@@ -5,18 +5,23 @@ import json
 import pathlib
 import sys
 
+import numpy as np
+from matplotlib.figure import Figure
+
 from data_gen.binary_addition import generate_split
 
-from .plotting import plot_comparison
+from .plotting import COLORS, plot_comparison
 from .training import METHODS, TrainConfig, TrainingDiverged, train
 
 HISTORY_FILE = "history.json"
 FIGURE_FILE = "compare.png"
 TABLE_FILE = "results.md"
+CHECKPOINT_FOLDER = "checkpoints"
+LOG_AXIS_TOP = 1e200
 
 
 def compare(methods=METHODS, *, output_dim=8, num_train=1000, num_test=1000, config=None, out_dir=None,
-            progress=None, **options):
+            progress=None, checkpoint_every=None, **options):
     """Train each of ``methods`` on the same binary-addition split, from the same weights, on the same batches.
 
     methods : any of ``sgrad.METHODS`` ('backprop', 'no-bprop', 'dni', 'cdni').
@@ -25,18 +30,26 @@ def compare(methods=METHODS, *, output_dim=8, num_train=1000, num_test=1000, con
         (e.g. ``epochs=50, seed=1``).  Its seed also fixes the data split.
     out_dir : if given, writes ``history.json``, ``compare.png`` and ``results.md`` there.
     progress : a function taking one line of status (e.g. ``print``), or None.
+    checkpoint_every : with ``out_dir``, each method saves a checkpoint every
+        this many steps and at its end (``checkpoints/<method>.npz``); a later
+        call with the same settings carries each method on from its checkpoint
+        (a finished one is not trained again), bit for bit.  None: no checkpoints.
 
     Returns ``{method: history}`` (see :func:`sgrad.train`).  A method that
-    diverges stops at once; its history holds what it recorded up to then and
-    ``'diverged'``, the reason, while the other methods carry on.
+    diverges stops at once; its history holds what it recorded up to then,
+    ``'diverged'`` (the reason) and ``'diverged_at_step'``, while the other
+    methods carry on.
     """
     config = dataclasses.replace(TrainConfig() if config is None else config, **options)
     methods = _check_methods(methods)
     data = generate_split(output_dim, num_train, num_test, seed=config.seed)
     histories = {}
     for method in methods:
+        checkpoint = (None if out_dir is None or checkpoint_every is None
+                      else pathlib.Path(out_dir) / CHECKPOINT_FOLDER / f"{method}.npz")
         try:
-            history = train(method, data, config, progress=progress)
+            history = train(method, data, config, progress=progress, checkpoint=checkpoint,
+                            checkpoint_every=checkpoint_every)
         except TrainingDiverged as error:
             history = error.history
             history["diverged"] = str(error)
@@ -57,7 +70,8 @@ def results_table(histories):
             "|---|---:|---:|---:|---:|---:|"]
     for method, h in histories.items():
         if h.get("diverged"):
-            rows.append(f"| {method} | diverged | | | | {h['wall_time']:.1f} s |")
+            rows.append(f"| {method} | diverged | | | diverged at step {h.get('diverged_at_step', '?')} "
+                        f"| {h['wall_time']:.1f} s |")
             continue
         rows.append(f"| {method} | {100 * h['test_bit_accuracy'][-1]:.1f}% | {100 * h['test_exact_accuracy'][-1]:.1f}% "
                     f"| {100 * h['train_bit_accuracy'][-1]:.1f}% | {h['epoch_loss'][-1]:.4f} | {h['wall_time']:.1f} s |")
@@ -71,9 +85,42 @@ def write_results(histories, out_dir, *, task, config):
     record = {"task": task, "config": dataclasses.asdict(config), "histories": histories}
     (out / HISTORY_FILE).write_text(json.dumps(record))
     (out / TABLE_FILE).write_text(results_table(histories) + "\n")
-    plot_comparison(histories, out / FIGURE_FILE,
-                    title=f"{task['output_dim']}-bit binary addition, {task['num_train']} training pairs")
+    figure = comparison_figure(histories, steps_per_epoch=task["num_train"] // config.batch_size,
+                               title=f"{task['output_dim']}-bit binary addition, {task['num_train']} training pairs")
+    figure.savefig(out / FIGURE_FILE, dpi=100)
     return out
+
+
+def comparison_figure(histories: dict, *, steps_per_epoch: int, title: str | None = None) -> Figure:
+    """:func:`~sgrad.plotting.plot_comparison`'s figure, with every diverged method marked where it stopped.
+
+    histories : ``{method: history}`` as :func:`compare` returns it; a diverged
+        history holds ``diverged_at_step``, and its ``step_loss`` (one float per
+        step) runs up to the last finite loss.
+    steps_per_epoch : steps in an epoch (the x axis counts epochs).
+    The loss panel gets an x at (step / steps_per_epoch, last finite loss) and
+    the label "<method> diverged at step K".
+    """
+    # A generator whose regression diverged reaches losses near 1e300, where matplotlib's log-axis margins
+    # overflow; that panel's limits are then set from the data below.
+    with np.errstate(over="ignore"):
+        figure = plot_comparison(histories, title=title)
+    diverged = {method: h for method, h in histories.items() if h.get("diverged")}
+    if not diverged:
+        return figure
+    ax_loss, _, _, ax_generator = figure.axes
+    for method, h in diverged.items():
+        if not h["step_loss"]:
+            continue
+        step, color = h["diverged_at_step"], COLORS.get(method, "black")
+        x, y = step / steps_per_epoch, h["step_loss"][-1]
+        ax_loss.plot([x], [y], marker="x", markersize=12, markeredgewidth=2, color=color)
+        ax_loss.annotate(f"{method} diverged at step {step}", (x, y), textcoords="offset points", xytext=(6, 6),
+                         fontsize="small", color=color)
+    losses = [y for line in ax_generator.lines for y in line.get_ydata() if 0 < y < np.inf]
+    if losses:  # matplotlib's log ticks break down near 1e308: the top is at most 1e200, higher curves leave the view
+        ax_generator.set_ylim(min(losses) / 2, min(max(losses) * 2, LOG_AXIS_TOP))
+    return figure
 
 
 def _check_methods(methods):

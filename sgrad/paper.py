@@ -29,6 +29,7 @@ import numpy as np
 
 from . import _validation
 from .blocks import dense_block
+from .checkpoint import fingerprint, resume_run, save_run
 from .dni import DNIBlock
 from .generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from .layers import Layer
@@ -152,28 +153,57 @@ def accuracy(layers, x, labels, batch=2000):
     return correct / len(x)
 
 
-def train_paper(method, data, config=None, *, progress=None):
+def train_paper(method, data, config=None, *, progress=None, checkpoint=None, checkpoint_every=None):
     """Train ``method`` on ``data = (x_train, y_train, x_test, y_test)``; returns its history.
 
     x arrays: (n, 784) floats; y arrays: integer labels (n,).  The history
     holds ``iteration`` and ``test_accuracy`` (every ``eval_every`` iterations
     and at the end), ``train_loss`` (the mean loss over each such span) and
-    ``wall_time`` (seconds, evaluation included).
+    ``wall_time`` (seconds, evaluation included, summed over resumed sessions).
+
+    ``checkpoint`` (a path to an .npz file) and ``checkpoint_every`` work as in
+    :func:`sgrad.train`: the state is saved every ``checkpoint_every``
+    iterations and at the end, and a checkpoint of this run (same method, data
+    and settings, ``iterations`` aside) is carried on from, bit for bit.
     """
     config = PaperConfig() if config is None else config
     _check_method(method)
+    if checkpoint_every is not None:
+        _validation.check_positive_int(checkpoint_every, "checkpoint_every")
     x_train, y_train, x_test, y_test = data
     dtype = np.dtype(config.dtype)
     onehot = np.eye(NUM_CLASSES, dtype=dtype)
     layers = build_network(method, x_train.shape[1], config)
     batch_rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
-    history = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
-               "wall_time": 0.0}
-    start = time.perf_counter()
-    order, position, losses = batch_rng.permutation(len(x_train)), 0, []
+    name = f"[{method}, depth {config.depth}]"
+    run = {"trainer": "sgrad.paper.train_paper", "method": method, "data": fingerprint(*data),
+           "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "iterations"}}
+    saved = resume_run(checkpoint, layers, run, budget=config.iterations, rng=batch_rng,
+                       progress=None if progress is None else lambda line: progress(f"{name} {line}"))
+    if saved is None:
+        history = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
+                   "wall_time": 0.0}
+        iteration, order, position, losses = 0, batch_rng.permutation(len(x_train)), 0, []
+    else:
+        history, iteration, order = saved.metadata["history"], saved.metadata["step"], saved.extra["order"]
+        position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
+        if progress is not None:
+            progress(f"{name} resumed from {checkpoint} at iteration {iteration}")
+    start = time.perf_counter() - history["wall_time"]
+
+    def evaluate(iteration):
+        history["iteration"].append(iteration)
+        history["test_accuracy"].append(accuracy(layers, x_test, y_test))
+        history["train_loss"].append(float(np.mean(losses)))
+        losses.clear()
+        if progress is not None:
+            progress(f"{name} iteration {iteration}/{config.iterations}  loss {history['train_loss'][-1]:.4f}  "
+                     f"test accuracy {100 * history['test_accuracy'][-1]:.2f}%  ({time.perf_counter() - start:.0f} s)")
+
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
-            for iteration in range(1, config.iterations + 1):
+            while iteration < config.iterations:
+                iteration += 1
                 if position + config.batch_size > len(order):
                     order, position = batch_rng.permutation(len(x_train)), 0
                 idx = order[position:position + config.batch_size]
@@ -190,30 +220,37 @@ def train_paper(method, data, config=None, *, progress=None):
                 if not np.isfinite(loss):
                     raise FloatingPointError(f"the loss became {loss}")
                 losses.append(loss)
-                if iteration % config.eval_every == 0 or iteration == config.iterations:
-                    history["iteration"].append(iteration)
-                    history["test_accuracy"].append(accuracy(layers, x_test, y_test))
-                    history["train_loss"].append(float(np.mean(losses)))
-                    losses = []
-                    if progress is not None:
-                        progress(f"[{method}, depth {config.depth}] iteration {iteration}/{config.iterations}  "
-                                 f"loss {history['train_loss'][-1]:.4f}  test accuracy "
-                                 f"{100 * history['test_accuracy'][-1]:.2f}%  ({time.perf_counter() - start:.0f} s)")
+                if iteration % config.eval_every == 0:
+                    evaluate(iteration)
+                if checkpoint is not None and (iteration == config.iterations
+                                               or (checkpoint_every and iteration % checkpoint_every == 0)):
+                    history["wall_time"] = time.perf_counter() - start
+                    save_run(checkpoint, layers, run, step=iteration, rng=batch_rng, history=history,
+                             loop={"position": position, "losses": losses}, extra={"order": order})
+            if losses:  # the budget ended between two scheduled evaluations: one more, at the end
+                evaluate(iteration)
     except FloatingPointError as error:
         history["wall_time"] = time.perf_counter() - start
+        history["diverged_at_iteration"] = iteration
+        rates = f"alpha={config.alpha}" + (f", generator_alpha={config.generator_alpha}"
+                                           if config.generator_alpha and method not in ("backprop", "no-bprop") else "")
         raise TrainingDiverged(
             f"{method} (depth {config.depth}) diverged at iteration {iteration}: {error}. The learning rate "
-            f"(alpha={config.alpha}) is the likely cause; try a smaller one.", history) from error
+            f"({rates}) is the likely cause; try a smaller one.", history) from error
     history["wall_time"] = time.perf_counter() - start
     return history
 
 
-def run_grid(data, *, methods=PAPER_METHODS, depths=(3,), config=None, out_dir=None, progress=None):
+def run_grid(data, *, methods=PAPER_METHODS, depths=(3,), config=None, out_dir=None, progress=None,
+             checkpoint_every=None):
     """Train every method at every depth; returns ``{(method, depth): history}``.
 
     With ``out_dir``, each finished cell is saved there at once (``cells/<method>-depth<d>.json``,
     with its settings); a later call with the same settings loads it instead of
-    training again, so an interrupted grid resumes.  At the end the folder also
+    training again, so an interrupted grid resumes.  With ``checkpoint_every``
+    too, the cell in training is checkpointed every that many iterations
+    (``checkpoints/<method>-depth<d>.npz``), so an interrupted cell carries on
+    mid-way, bit for bit (see :func:`train_paper`).  At the end the folder also
     gets ``results.md`` (final test accuracy), ``paper.png`` and ``histories.json``.
     """
     config = PaperConfig() if config is None else config
@@ -232,8 +269,11 @@ def run_grid(data, *, methods=PAPER_METHODS, depths=(3,), config=None, out_dir=N
                     progress(f"[{method}, depth {depth}] loaded from {out_dir}")
                 results[(method, depth)] = cached
                 continue
+            checkpoint = (None if out_dir is None or checkpoint_every is None
+                          else pathlib.Path(out_dir) / "checkpoints" / f"{method}-depth{depth}.npz")
             try:
-                history = train_paper(method, data, cell_config, progress=progress)
+                history = train_paper(method, data, cell_config, progress=progress, checkpoint=checkpoint,
+                                      checkpoint_every=checkpoint_every)
             except TrainingDiverged as error:
                 history = dict(error.history, diverged=str(error))
             if progress is not None:
@@ -258,7 +298,7 @@ def results_table(results):
             if h is None:
                 cells.append("")
             elif h.get("diverged"):
-                cells.append("diverged")
+                cells.append(f"diverged at iteration {h.get('diverged_at_iteration', '?')}")
             else:
                 cells.append(f"{100 * h['test_accuracy'][-1]:.2f}% ({h['wall_time']:.0f} s)")
         rows.append(f"| {method} | " + " | ".join(cells) + " |")

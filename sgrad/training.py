@@ -14,6 +14,7 @@ import time
 import numpy as np
 
 from . import _validation, kernels
+from .checkpoint import fingerprint, resume_run, save_run
 from .dni import DNI
 from .layers import Layer
 from .losses import bce_with_logits, mse
@@ -188,7 +189,7 @@ def dni_step(layers, x, y, loss_fn, alpha, *, condition=None, targets=None):
     return loss, generator_losses
 
 
-def train(method, data, config=None, *, progress=None):
+def train(method, data, config=None, *, progress=None, checkpoint=None, checkpoint_every=None):
     """Train ``method`` on ``data = (x_train, y_train, x_test, y_test)`` and return its history.
 
     The history is a dict of plain lists and numbers (JSON-ready):
@@ -204,62 +205,85 @@ def train(method, data, config=None, *, progress=None):
       loss over ``probe_size`` rows, while generators learn targets at the
       scale of ``batch_size`` rows (multiply g_k by probe_size / batch_size
       to compare magnitudes);
-    - ``wall_time``: seconds.
+    - ``wall_time``: seconds (summed over resumed sessions).
 
     ``progress``, if given, is called with a one-line status after some epochs.
-    Raises :class:`TrainingDiverged` if a number turns non-finite.
+
+    ``checkpoint``, a path to an .npz file, makes the run resumable: every
+    ``checkpoint_every`` steps (None: only at the end) the network, the update
+    rules' state, the batch generator and the history are saved there (see
+    :mod:`sgrad.checkpoint`).  If the file already holds this run (same method,
+    data and settings, ``epochs`` aside) at a step within this run's budget,
+    training carries on from it and ends bit for bit where an uninterrupted run
+    would; otherwise it starts afresh and replaces the file.
+
+    Raises :class:`TrainingDiverged` if a number turns non-finite; its history
+    then holds ``diverged_at_step``.
     """
     config = TrainConfig() if config is None else config
     _check_choice(method, "method", METHODS)
     x_train, y_train, x_test, y_test = data
     _check_data(x_train, y_train, x_test, y_test, config.batch_size)
+    if checkpoint_every is not None:
+        _validation.check_positive_int(checkpoint_every, "checkpoint_every")
     loss_fn, _, threshold = TASK_LOSSES[config.loss]
     layers = build_network(method, x_train.shape[1], y_train.shape[1], config)
     decoupled = method in ("dni", "cdni")
     n_hidden = len(layers) - 1
     batch_rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1])
     n_batches = len(x_train) // config.batch_size
+    total = config.epochs * n_batches
     probe = slice(0, min(config.probe_size, len(x_train)))
 
-    history = {"method": method, "step_loss": [], "epoch_loss": [], "test_loss": [],
-               "train_bit_accuracy": [], "test_bit_accuracy": [],
-               "train_exact_accuracy": [], "test_exact_accuracy": [],
-               "generator_loss": [[] for _ in range(n_hidden)] if decoupled else [],
-               "generator_epoch_loss": [[] for _ in range(n_hidden)] if decoupled else [],
-               "cosine_similarity": [[] for _ in range(n_hidden)] if decoupled else [],
-               "wall_time": 0.0}
-    start = time.perf_counter()
-    step = 0
+    run = {"trainer": "sgrad.train", "method": method, "data": fingerprint(*data),
+           "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "epochs"}}
+    saved = resume_run(checkpoint, layers, run, budget=total, rng=batch_rng,
+                       progress=None if progress is None else lambda line: progress(f"[{method}] {line}"))
+    if saved is None:
+        step, order, history = 0, None, _new_history(method, n_hidden if decoupled else 0)
+    else:
+        step, order, history = saved.metadata["step"], saved.extra["order"], saved.metadata["history"]
+        if progress is not None:
+            progress(f"[{method}] resumed from {checkpoint} at step {step} of {total}")
+    start = time.perf_counter() - history["wall_time"]
     try:
         with np.errstate(over="raise", invalid="raise", divide="raise"):
-            for epoch in range(1, config.epochs + 1):
-                order = batch_rng.permutation(len(x_train))
-                for i in range(n_batches):
-                    idx = order[i * config.batch_size:(i + 1) * config.batch_size]
-                    x, y = x_train[idx], y_train[idx]
-                    step += 1
-                    if decoupled:
-                        condition = y if method == "cdni" else None
-                        targets = (true_gradients(layers, x, y, loss_fn)
-                                   if config.generator_targets == "true" else None)
-                        loss, generator_losses = dni_step(layers, x, y, loss_fn, config.alpha,
-                                                          condition=condition, targets=targets)
-                        for k, value in enumerate(generator_losses):
-                            history["generator_loss"][k].append(value)
-                    else:
-                        trainable = n_hidden if method == "no-bprop" else 0
-                        loss = backprop_step(layers, x, y, loss_fn, config.alpha, trainable=trainable)
-                    if not np.isfinite(loss):
-                        raise FloatingPointError(f"the loss became {loss}")
-                    history["step_loss"].append(loss)
-                _record_epoch(history, layers, data, loss_fn, threshold, n_batches, probe,
-                              method if decoupled else None)
-                if progress is not None and (epoch == 1 or epoch % max(1, config.epochs // 10) == 0
-                                             or epoch == config.epochs):
-                    progress(f"[{method}] epoch {epoch}/{config.epochs}  loss {history['epoch_loss'][-1]:.4f}  "
-                             f"held-out bits {100 * history['test_bit_accuracy'][-1]:.1f}%")
+            while step < total:
+                if step % n_batches == 0:  # a new epoch: a new order of the training set
+                    order = batch_rng.permutation(len(x_train))
+                i = step % n_batches
+                idx = order[i * config.batch_size:(i + 1) * config.batch_size]
+                x, y = x_train[idx], y_train[idx]
+                step += 1
+                if decoupled:
+                    condition = y if method == "cdni" else None
+                    targets = (true_gradients(layers, x, y, loss_fn)
+                               if config.generator_targets == "true" else None)
+                    loss, generator_losses = dni_step(layers, x, y, loss_fn, config.alpha,
+                                                      condition=condition, targets=targets)
+                    for k, value in enumerate(generator_losses):
+                        history["generator_loss"][k].append(value)
+                else:
+                    trainable = n_hidden if method == "no-bprop" else 0
+                    loss = backprop_step(layers, x, y, loss_fn, config.alpha, trainable=trainable)
+                if not np.isfinite(loss):
+                    raise FloatingPointError(f"the loss became {loss}")
+                history["step_loss"].append(loss)
+                if step % n_batches == 0:
+                    epoch = step // n_batches
+                    _record_epoch(history, layers, data, loss_fn, threshold, n_batches, probe,
+                                  method if decoupled else None)
+                    if progress is not None and (epoch == 1 or epoch % max(1, config.epochs // 10) == 0
+                                                 or epoch == config.epochs):
+                        progress(f"[{method}] epoch {epoch}/{config.epochs}  loss {history['epoch_loss'][-1]:.4f}  "
+                                 f"held-out bits {100 * history['test_bit_accuracy'][-1]:.1f}%")
+                if checkpoint is not None and (step == total or (checkpoint_every and step % checkpoint_every == 0)):
+                    history["wall_time"] = time.perf_counter() - start
+                    save_run(checkpoint, layers, run, step=step, rng=batch_rng, history=history,
+                             extra={"order": order})
     except FloatingPointError as error:
         history["wall_time"] = time.perf_counter() - start
+        history["diverged_at_step"] = step
         raise TrainingDiverged(
             f"{method} diverged at step {step}: {error}. The learning rate (alpha={config.alpha}"
             + (f", generator_alpha={config.generator_alpha}" if config.generator_alpha else "")
@@ -268,6 +292,16 @@ def train(method, data, config=None, *, progress=None):
         ) from error
     history["wall_time"] = time.perf_counter() - start
     return history
+
+
+def _new_history(method, n_generators):
+    return {"method": method, "step_loss": [], "epoch_loss": [], "test_loss": [],
+            "train_bit_accuracy": [], "test_bit_accuracy": [],
+            "train_exact_accuracy": [], "test_exact_accuracy": [],
+            "generator_loss": [[] for _ in range(n_generators)],
+            "generator_epoch_loss": [[] for _ in range(n_generators)],
+            "cosine_similarity": [[] for _ in range(n_generators)],
+            "wall_time": 0.0}
 
 
 def _record_epoch(history, layers, data, loss_fn, threshold, n_batches, probe, decoupled_method):

@@ -1,0 +1,300 @@
+"""Checkpoints: a network's arrays and a training run's state in one ``.npz`` file, saved atomically.
+
+A checkpoint holds
+
+- every array that training changes, named by the attribute path that reaches
+  it: a layer's ``weights`` and ``bias``, its update rule's state
+  (``update_state.weights.m``, ``.v`` and the step count ``.t`` for Adam),
+  batch norm's ``gamma``, ``beta``, ``running_mean`` and ``running_var``, and
+  the same inside every block and generator, e.g. ``'1.generator.net.modules.2.weights'``;
+- any extra arrays the caller adds (a training loop's current batch order);
+- JSON metadata: the format and its version, then whatever the caller adds
+  (settings, step, the batch generator's state, the history so far).
+
+Saving writes a temporary file beside the checkpoint and renames it over the
+old one, so an interrupted save leaves the previous checkpoint whole.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+import zipfile
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+FORMAT = "sgrad-checkpoint"
+FORMAT_VERSION = 1
+_NETWORK, _EXTRA, _METADATA = "network.", "extra.", "metadata"
+
+Network = Any  # a layer or block (Layer, DNI, DNIBlock, Sequential, BatchNorm, ...), or a list of them
+PathLike = str | os.PathLike
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: truncated or corrupt, from a newer sgrad, or for another network."""
+
+
+class CheckpointNotFoundError(FileNotFoundError, CheckpointError):
+    """No checkpoint file where one was asked for."""
+
+
+class Checkpoint(NamedTuple):
+    """What :func:`load_checkpoint` read.
+
+    metadata : the JSON metadata (``format``, ``format_version`` and what the saver added).
+    network : the network's arrays by name, as :func:`network_state` names them.
+    extra : the extra arrays by name.
+    """
+
+    metadata: dict
+    network: dict
+    extra: dict
+
+
+def network_state(network: Network) -> dict[str, np.ndarray]:
+    """Copies of every array that training changes in ``network``, by name.
+
+    network : a layer or block (``Layer``, ``DNI``, ``DNIBlock``, ``Sequential``,
+        ``BatchNorm``, ...) or a list of them (names then start with the index).
+    Each array keeps its shape, e.g. ``'0.weights'``: (input_dim, output_dim),
+    ``'0.update_state.weights.t'``: () for Adam's step count.
+    """
+    return {name: np.array(_get(owner, key)) for name, (owner, key) in _slots(network).items()}
+
+
+def load_network_state(network: Network, arrays: dict[str, np.ndarray]) -> None:
+    """Copy ``arrays`` (named as :func:`network_state` names them) into ``network``, in place.
+
+    Every name, shape and dtype is checked before anything is copied, so a
+    mismatch raises :class:`CheckpointError` (naming the array) and leaves the
+    network unchanged.
+    """
+    slots = _slots(network)
+    _check_architecture(slots, arrays, network)
+    for name, (owner, key) in slots.items():
+        live = _get(owner, key)
+        if isinstance(live, np.ndarray):
+            live[...] = arrays[name]
+        else:  # a plain number in an update rule's state
+            _set(owner, key, type(live)(arrays[name].item()))
+
+
+def save_checkpoint(path: PathLike, network: Network, *, metadata: dict | None = None,
+                    extra: dict[str, np.ndarray] | None = None) -> pathlib.Path:
+    """Write ``network``'s state, ``extra`` arrays and JSON ``metadata`` to ``path`` (an .npz file), atomically.
+
+    The file is written beside ``path`` under a temporary name and renamed over
+    it only when complete: if the save fails or is interrupted, the previous
+    checkpoint at ``path`` is still there and whole.  Returns the path.
+    """
+    path = pathlib.Path(path)
+    meta = {**(metadata or {}), "format": FORMAT, "format_version": FORMAT_VERSION}
+    payload = {_NETWORK + name: value for name, value in network_state(network).items()}
+    payload.update({_EXTRA + name: np.asarray(value) for name, value in (extra or {}).items()})
+    payload[_METADATA] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            _write_npz(file, payload)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return path
+
+
+def load_checkpoint(path: PathLike, network: Network | None = None) -> Checkpoint:
+    """Read the checkpoint at ``path``; if ``network`` is given, copy its arrays into it (see :func:`load_network_state`).
+
+    Raises :class:`CheckpointNotFoundError` for a missing file and
+    :class:`CheckpointError` for a truncated or corrupt one, one written by a
+    newer sgrad, or one saved from a different network.
+    """
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise CheckpointNotFoundError(f"no checkpoint at {path}: expected an .npz file written by "
+                                      "sgrad.checkpoint.save_checkpoint; check the path")
+    payload = _read_npz(path)
+    if _METADATA not in payload:
+        raise CheckpointError(f"{path} is an .npz file but not an sgrad checkpoint (it has no {_METADATA!r} entry)")
+    try:
+        metadata = json.loads(payload.pop(_METADATA).tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} is corrupt (its metadata is not JSON: {error}); "
+                              "delete it to start afresh, or restore it from a copy") from None
+    if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
+        raise CheckpointError(f"{path} is an .npz file but not an sgrad checkpoint (format {FORMAT!r} expected)")
+    version = metadata.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(f"{path} was written in checkpoint format version {version!r}, but this sgrad reads "
+                              f"versions up to {FORMAT_VERSION}; load it with a newer sgrad")
+    checkpoint = Checkpoint(metadata,
+                            {k[len(_NETWORK):]: v for k, v in payload.items() if k.startswith(_NETWORK)},
+                            {k[len(_EXTRA):]: v for k, v in payload.items() if k.startswith(_EXTRA)})
+    if network is not None:
+        try:
+            load_network_state(network, checkpoint.network)
+        except CheckpointError as error:
+            raise CheckpointError(f"cannot load {path}: {error}") from None
+    return checkpoint
+
+
+def fingerprint(*arrays: np.ndarray) -> str:
+    """A SHA-256 hex digest of the arrays' shapes, dtypes and bytes: the same data gives the same string."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.shape}{array.dtype.str}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def save_run(path: PathLike, network: Network, run: dict, *, step: int, rng: np.random.Generator, history: dict,
+             loop: dict | None = None, extra: dict[str, np.ndarray] | None = None) -> pathlib.Path:
+    """Checkpoint a training loop after ``step`` steps, so that :func:`resume_run` can carry it on.
+
+    run : what identifies the run (method, settings without the budget, data fingerprint); JSON-ready.
+    rng : the loop's batch generator; its ``bit_generator.state`` is saved.
+    history : the history so far (JSON-ready).  loop : any other JSON-ready loop
+    state.  extra : loop arrays, e.g. the current batch order (n_train,).
+    """
+    metadata = {"run": run, "step": step, "rng": rng.bit_generator.state, "history": history, "loop": loop or {}}
+    return save_checkpoint(path, network, metadata=metadata, extra=extra)
+
+
+def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: int, rng: np.random.Generator,
+               progress: Callable[[str], None] | None = None) -> Checkpoint | None:
+    """Carry on the run saved at ``path`` if it is this run: load ``network`` and ``rng`` and return the checkpoint.
+
+    Returns None (training starts afresh, and ``progress`` is told why) if
+    there is no file, or it was saved by another run (``run`` differs), or it
+    is already past ``budget`` steps.  A damaged file raises :class:`CheckpointError`.
+    The checkpoint's ``metadata`` holds ``step``, ``history`` and ``loop``.
+    """
+    if path is None or not pathlib.Path(path).exists():
+        return None
+    checkpoint = load_checkpoint(path)
+    saved, expected = checkpoint.metadata.get("run"), json.loads(json.dumps(run))
+    reason = None
+    if saved != expected:
+        reason = "it was saved with other settings or data (" + _differences(saved, expected) + ")"
+    elif checkpoint.metadata["step"] > budget:
+        reason = f"it is at step {checkpoint.metadata['step']}, past this run's {budget}"
+    if reason is not None:
+        if progress is not None:
+            progress(f"not resuming from {path}: {reason}; starting afresh")
+        return None
+    load_network_state(network, checkpoint.network)
+    rng.bit_generator.state = checkpoint.metadata["rng"]
+    return checkpoint
+
+
+def _differences(saved, expected):
+    if not isinstance(saved, dict):
+        return "no run recorded"
+    keys = [k for k in dict.fromkeys([*expected, *saved]) if saved.get(k) != expected.get(k)]
+    if keys == ["config"]:
+        config, ours = saved["config"], expected["config"]
+        return ", ".join(f"{k} {config.get(k)!r} then, {ours.get(k)!r} now"
+                         for k in dict.fromkeys([*ours, *config]) if config.get(k) != ours.get(k))
+    return ", ".join(f"{k} differs" for k in keys)
+
+
+def _slots(network):
+    """``{name: (owner, key)}`` for every array training changes; the owner is a module or a state dict."""
+    if isinstance(network, (list, tuple)):
+        slots = {}
+        for k, module in enumerate(network):
+            slots.update(_module_slots(module, f"{k}."))
+        return slots
+    return _module_slots(network, "")
+
+
+def _module_slots(module, prefix):
+    slots = {}
+    if hasattr(module, "update_state"):  # a module that owns its parameters: Layer, DNI, BatchNorm
+        for name in module.parameters:
+            slots[prefix + name] = (module, name)
+            for key in module.update_state[name]:
+                slots[f"{prefix}update_state.{name}.{key}"] = (module.update_state[name], key)
+    for name in ("running_mean", "running_var"):  # batch norm's statistics
+        if isinstance(getattr(module, name, None), np.ndarray):
+            slots[prefix + name] = (module, name)
+    for k, child in enumerate(getattr(module, "modules", ())):
+        slots.update(_module_slots(child, f"{prefix}modules.{k}."))
+    for name in ("block", "generator", "net"):
+        child = getattr(module, name, None)
+        if child is not None:
+            slots.update(_module_slots(child, f"{prefix}{name}."))
+    _check_reached(module, slots, prefix)
+    return slots
+
+
+def _check_reached(module, slots, prefix):
+    """Every trainable array of ``module`` (and of its generator) must be among ``slots``, or it would not be saved."""
+    reached = {id(_get(owner, key)) for owner, key in slots.values()}
+    for part, label in ((module, ""), (getattr(module, "generator", None), "generator.")):
+        for name, param in (getattr(part, "parameters", None) or {}).items():
+            if id(param) not in reached:
+                raise TypeError(f"cannot checkpoint {type(part).__name__} at {prefix + label or 'the top'}: "
+                                f"its parameter {name!r} is not reachable through update_state, modules, block, "
+                                "generator or net; build it from sgrad's layers and blocks")
+
+
+def _check_architecture(slots, arrays, network):
+    if isinstance(network, (list, tuple)):
+        saved_layers = len({name.split(".", 1)[0] for name in arrays})
+        if saved_layers != len(network):
+            raise CheckpointError(f"the checkpoint holds a network of {saved_layers} layers, this network has "
+                                  f"{len(network)}; build the network with the settings it was saved with")
+    missing = [name for name in slots if name not in arrays]
+    unknown = [name for name in arrays if name not in slots]
+    if missing or unknown:
+        raise CheckpointError(
+            "the checkpoint was saved from a different network: "
+            + (f"it has no array {missing[0]!r}, which this network needs" if missing
+               else f"it holds {unknown[0]!r}, which this network does not have")
+            + f" ({len(missing)} missing, {len(unknown)} unexpected); build the network with the settings it was saved with")
+    for name, (owner, key) in slots.items():
+        live, saved = np.asarray(_get(owner, key)), arrays[name]
+        if saved.shape != live.shape or saved.dtype != live.dtype:
+            raise CheckpointError(f"array {name!r} is {saved.dtype} of shape {saved.shape} in the checkpoint but "
+                                  f"{live.dtype} of shape {live.shape} in this network; build the network with "
+                                  "the settings (widths, depth, dtype) it was saved with")
+
+
+def _get(owner, key):
+    return owner[key] if isinstance(owner, dict) else getattr(owner, key)
+
+
+def _set(owner, key, value):
+    if isinstance(owner, dict):
+        owner[key] = value
+    else:
+        setattr(owner, key, value)
+
+
+def _write_npz(file, payload):
+    np.savez(file, **payload)
+
+
+def _read_npz(path):
+    """Every entry of the .npz at ``path``, read in full: reading checks each entry's CRC, so damage shows here."""
+    try:
+        with open(path, "rb") as file:  # opened here, so that it is closed even when np.load fails
+            archive = np.load(file, allow_pickle=False)
+            if isinstance(archive, np.lib.npyio.NpzFile):
+                with archive:
+                    return {name: archive[name] for name in archive.files}
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError) as error:
+        raise CheckpointError(f"{path} is not a readable checkpoint (truncated or corrupt: {error}); "
+                              "delete it to start afresh, or restore it from a copy") from None
+    raise CheckpointError(f"{path} holds a single array, not a checkpoint (an .npz archive written by "
+                          "sgrad.checkpoint.save_checkpoint); check the path")

@@ -1,0 +1,471 @@
+"""Checkpoints: bit-for-bit round trips, clear errors for files that cannot be used, atomic saves,
+and training that resumes (in a fresh process) exactly where an uninterrupted run would be."""
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import sgrad
+from data_gen import generate_split
+from sgrad import checkpoint as ckpt
+from sgrad import paper, training
+from sgrad.checkpoint import (CheckpointError, CheckpointNotFoundError, load_checkpoint, network_state,
+                              save_checkpoint)
+from sgrad.losses import softmax_cross_entropy
+
+SGRAD = [sys.executable, "-m", "sgrad"]
+ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+PAPER_TINY = paper.PaperConfig(hidden=16, generator="mlp", generator_hidden=(8,), batch_size=8, iterations=10,
+                               eval_every=4, seed=0)
+
+
+def paper_data():
+    rng = np.random.default_rng(0)
+    return (rng.random((64, 20), dtype=np.float32), rng.integers(0, 10, 64),
+            rng.random((32, 20), dtype=np.float32), rng.integers(0, 10, 32))
+
+
+def trained(kind, seed=0):
+    """A network of ``kind`` after three training steps, so that every kind of state has moved off its start."""
+    rng = np.random.default_rng(seed)
+    if kind == "momentum layer":
+        layer = sgrad.Layer(6, 4, "tanh", update_rule="momentum", seed=1)
+        for _ in range(3):
+            layer.forward(rng.standard_normal((5, 6)))
+            layer.backward(rng.standard_normal((5, 4)))
+            layer.update(0.1)
+        return layer
+    if kind == "cdni stack (linear generators, adam)":
+        layers = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 8)))
+        for _ in range(3):
+            x, y = rng.random((16, 10)), rng.integers(0, 2, (16, 5)).astype(float)
+            training.dni_step(layers, x, y, sgrad.bce_with_logits, 0.01, condition=y)
+        return layers
+    method = {"dni blocks (mlp generators, batch norm, adam)": "cdni", "synthetic-loss blocks": "synthetic-loss"}[kind]
+    config = dataclasses.replace(PAPER_TINY, seed=seed)
+    layers = paper.build_network(method, 20, config)
+    for _ in range(3):
+        x, y = rng.random((8, 20), dtype=np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]
+        if method == "synthetic-loss":
+            paper.synthetic_loss_step(layers, x, y, 1e-3)
+        else:
+            training.dni_step(layers, x, y, softmax_cross_entropy, 1e-3, condition=y)
+    return layers
+
+
+KINDS = ["momentum layer", "cdni stack (linear generators, adam)", "dni blocks (mlp generators, batch norm, adam)",
+         "synthetic-loss blocks"]
+
+
+def assert_same_state(ours, theirs):
+    assert list(ours) == list(theirs)
+    for name in ours:
+        assert ours[name].dtype == theirs[name].dtype, name
+        assert ours[name].shape == theirs[name].shape, name
+        assert ours[name].tobytes() == theirs[name].tobytes(), f"{name}: mine {ours[name]}, saved {theirs[name]}"
+
+
+# --- round trip ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_loading_gives_the_saved_arrays_bit_for_bit(tmp_path, kind):
+    saved = trained(kind, seed=0)
+    save_checkpoint(tmp_path / "c.npz", saved)
+    other = trained(kind, seed=1)
+    assert network_state(other)  # a different state, about to be overwritten
+    load_checkpoint(tmp_path / "c.npz", other)
+    assert_same_state(network_state(other), network_state(saved))
+
+
+def test_the_state_covers_update_rule_state_and_batch_norm_statistics():
+    names = network_state(trained("dni blocks (mlp generators, batch norm, adam)"))
+    assert {"0.block.modules.0.weights", "0.block.modules.1.running_mean", "0.block.modules.1.running_var",
+            "0.block.modules.1.update_state.gamma.m", "0.block.modules.1.update_state.gamma.v",
+            "0.block.modules.1.update_state.gamma.t", "0.generator.net.modules.0.modules.1.running_var",
+            "0.generator.net.modules.1.update_state.weights.m", "2.update_state.bias.t"} <= set(names)
+    assert int(names["2.update_state.bias.t"]) == 3  # Adam's step count after three steps
+    assert "update_state.weights.velocity" in network_state(trained("momentum layer"))
+
+
+def test_a_loaded_network_trains_on_exactly_as_the_saved_one(tmp_path):
+    saved = trained("dni blocks (mlp generators, batch norm, adam)", seed=0)
+    save_checkpoint(tmp_path / "c.npz", saved)
+    loaded = trained("dni blocks (mlp generators, batch norm, adam)", seed=1)
+    load_checkpoint(tmp_path / "c.npz", loaded)
+    rng = np.random.default_rng(5)
+    x, y = rng.random((8, 20), dtype=np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]
+    for layers in (saved, loaded):
+        training.dni_step(layers, x, y, softmax_cross_entropy, 1e-3, condition=y)
+    assert_same_state(network_state(loaded), network_state(saved))
+
+
+def test_metadata_and_extra_arrays_come_back(tmp_path):
+    order = np.random.default_rng(0).permutation(10)
+    save_checkpoint(tmp_path / "c.npz", trained("momentum layer"), metadata={"step": 7, "history": [0.5, 1e-300]},
+                    extra={"order": order})
+    checkpoint = load_checkpoint(tmp_path / "c.npz")
+    assert checkpoint.metadata["step"] == 7 and checkpoint.metadata["history"] == [0.5, 1e-300]
+    assert checkpoint.metadata["format_version"] == ckpt.FORMAT_VERSION
+    np.testing.assert_array_equal(checkpoint.extra["order"], order)
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def saved_stack(tmp_path):
+    path = tmp_path / "c.npz"
+    save_checkpoint(path, trained("cdni stack (linear generators, adam)"))
+    return path
+
+
+def test_a_missing_file_says_where_it_looked(tmp_path):
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint at .*nowhere.npz") as info:
+        load_checkpoint(tmp_path / "nowhere.npz")
+    assert isinstance(info.value, ValueError) and isinstance(info.value, FileNotFoundError)
+
+
+def test_a_truncated_file_is_refused_with_advice(saved_stack):
+    saved_stack.write_bytes(saved_stack.read_bytes()[:len(saved_stack.read_bytes()) // 2])
+    with pytest.raises(CheckpointError, match="truncated or corrupt.*delete it to start afresh"):
+        load_checkpoint(saved_stack)
+
+
+def test_a_corrupted_byte_is_caught_by_the_checksum(saved_stack):
+    raw = bytearray(saved_stack.read_bytes())
+    raw[len(raw) // 3] ^= 0xFF
+    saved_stack.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_checkpoint(saved_stack)
+
+
+def test_a_file_from_a_newer_format_asks_for_a_newer_sgrad(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpt, "FORMAT_VERSION", ckpt.FORMAT_VERSION + 1)
+    save_checkpoint(tmp_path / "new.npz", trained("momentum layer"))
+    monkeypatch.undo()
+    with pytest.raises(CheckpointError, match=r"format version 2, but this sgrad reads versions up to 1; "
+                                              "load it with a newer sgrad"):
+        load_checkpoint(tmp_path / "new.npz")
+
+
+def test_an_npz_that_is_not_a_checkpoint_is_refused(tmp_path):
+    np.savez(tmp_path / "other.npz", weights=np.ones(3))
+    with pytest.raises(CheckpointError, match="not an sgrad checkpoint"):
+        load_checkpoint(tmp_path / "other.npz")
+
+
+def test_a_different_layer_count_is_named(saved_stack):
+    deeper = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 8, 8)))
+    with pytest.raises(CheckpointError, match="holds a network of 3 layers, this network has 4"):
+        load_checkpoint(saved_stack, deeper)
+
+
+def test_a_different_shape_names_the_array_and_both_shapes(saved_stack):
+    wider = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 16)))
+    with pytest.raises(CheckpointError, match=r"array '1.weights' is float64 of shape \(8, 8\) in the checkpoint but "
+                                              r"float64 of shape \(8, 16\) in this network"):
+        load_checkpoint(saved_stack, wider)
+
+
+def test_another_kind_of_network_names_an_array_it_lacks(saved_stack):
+    backprop = training.build_network("backprop", 10, 5, training.TrainConfig(hidden=(8, 8)))
+    with pytest.raises(CheckpointError, match="it holds '0.generator.net.weights', which this network does not have"):
+        load_checkpoint(saved_stack, backprop)
+
+
+def test_another_dtype_is_named(tmp_path):
+    save_checkpoint(tmp_path / "c.npz", paper.build_network("dni", 20, PAPER_TINY))
+    float64 = paper.build_network("dni", 20, dataclasses.replace(PAPER_TINY, dtype="float64"))
+    with pytest.raises(CheckpointError, match="is float32 of shape .* but float64"):
+        load_checkpoint(tmp_path / "c.npz", float64)
+
+
+def test_a_refused_load_changes_nothing(saved_stack):
+    wider = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 16), seed=3))
+    before = network_state(wider)
+    with pytest.raises(CheckpointError):
+        load_checkpoint(saved_stack, wider)
+    assert_same_state(network_state(wider), before)
+
+
+# --- atomic saves ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failure", [OSError("No space left on device"), KeyboardInterrupt()])
+def test_a_save_that_fails_mid_write_leaves_the_old_checkpoint_and_no_temporary_file(tmp_path, monkeypatch, failure):
+    path = tmp_path / "c.npz"
+    old = trained("cdni stack (linear generators, adam)", seed=0)
+    save_checkpoint(path, old, metadata={"step": 1})
+    write = ckpt._write_npz
+
+    def write_half_then_fail(file, payload):
+        write(file, payload)
+        file.truncate(file.tell() // 2)
+        raise failure
+
+    monkeypatch.setattr(ckpt, "_write_npz", write_half_then_fail)
+    with pytest.raises(type(failure)):
+        save_checkpoint(path, trained("cdni stack (linear generators, adam)", seed=1), metadata={"step": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
+    checkpoint = load_checkpoint(path)
+    assert checkpoint.metadata["step"] == 1
+    assert_same_state(checkpoint.network, network_state(old))
+
+
+SAVE_FOREVER = """
+import sys
+import numpy as np
+import sgrad
+from sgrad.checkpoint import save_checkpoint
+layer = sgrad.Layer(4, 3, "tanh")
+for i in range(1, 10**6):
+    save_checkpoint(sys.argv[1], layer, metadata={"i": i}, extra={"fill": np.full(1_000_000, i)})
+    if i == 1:
+        print("saved", flush=True)
+"""
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.05, 0.13])
+def test_a_saving_process_killed_at_any_moment_leaves_a_whole_checkpoint(tmp_path, delay):
+    path = tmp_path / "c.npz"
+    saver = subprocess.Popen([sys.executable, "-c", SAVE_FOREVER, str(path)], stdout=subprocess.PIPE, text=True,
+                             env=ENV)
+    try:
+        assert saver.stdout.readline() == "saved\n"
+        time.sleep(delay)
+    finally:
+        saver.send_signal(signal.SIGKILL)
+        saver.wait(timeout=30)
+        saver.stdout.close()
+    checkpoint = load_checkpoint(path)
+    assert np.all(checkpoint.extra["fill"] == checkpoint.metadata["i"])  # one save's arrays, whole
+
+
+# --- resuming training ----------------------------------------------------------------------------
+
+
+def interrupt_at(monkeypatch, module, names, call):
+    """Make ``module``'s step functions raise KeyboardInterrupt on their ``call``-th call, as if killed there."""
+    calls = []
+    for name in names:
+        step = getattr(module, name)
+
+        def interrupted(*args, step=step, **kwargs):
+            calls.append(1)
+            if len(calls) == call:
+                raise KeyboardInterrupt
+            return step(*args, **kwargs)
+        monkeypatch.setattr(module, name, interrupted)
+
+
+def without_wall_time(history):
+    return {k: v for k, v in history.items() if k != "wall_time"}
+
+
+RESUME_TRAIN = """
+import json, sys
+from data_gen import generate_split
+from sgrad.training import METHODS, TrainConfig, train
+config = TrainConfig(**json.loads(sys.argv[2]))
+data = generate_split(5, 64, 16, seed=0)
+lines = []
+histories = {m: train(m, data, config, progress=lines.append, checkpoint=f"{sys.argv[1]}/{m}.npz") for m in METHODS}
+json.dump({"histories": histories, "lines": lines}, sys.stdout)
+"""
+
+
+def test_train_resumed_in_a_fresh_process_ends_bit_identical_to_an_unbroken_run(tmp_path, monkeypatch):
+    """All four methods; 4 steps per epoch, 16 in all, killed at step 7, checkpoints every 3 steps: resumes at 6."""
+    data = generate_split(5, 64, 16, seed=0)
+    config = training.TrainConfig(epochs=4, batch_size=16, hidden=(8, 8), seed=2)
+    unbroken = {m: training.train(m, data, config, checkpoint=tmp_path / f"unbroken-{m}.npz") for m in sgrad.METHODS}
+    for method in sgrad.METHODS:
+        interrupt_at(monkeypatch, training, ["backprop_step", "dni_step"], call=7)
+        with pytest.raises(KeyboardInterrupt):
+            training.train(method, data, config, checkpoint=tmp_path / f"{method}.npz", checkpoint_every=3)
+        monkeypatch.undo()
+        assert load_checkpoint(tmp_path / f"{method}.npz").metadata["step"] == 6
+    result = subprocess.run([sys.executable, "-c", RESUME_TRAIN, str(tmp_path), json.dumps(dataclasses.asdict(config))],
+                            capture_output=True, text=True, env=ENV, timeout=300)
+    assert result.returncode == 0, result.stderr
+    resumed = json.loads(result.stdout)
+    for method in sgrad.METHODS:
+        assert f"[{method}] resumed from {tmp_path}/{method}.npz at step 6 of 16" in resumed["lines"]
+        assert without_wall_time(resumed["histories"][method]) == without_wall_time(unbroken[method])
+        assert_same_state(load_checkpoint(tmp_path / f"{method}.npz").network,
+                          load_checkpoint(tmp_path / f"unbroken-{method}.npz").network)
+
+
+def test_train_carries_a_finished_run_on_to_more_epochs(tmp_path):
+    data = generate_split(5, 64, 16, seed=0)
+    config = training.TrainConfig(epochs=5, batch_size=16, hidden=(8, 8), seed=1)
+    unbroken = training.train("cdni", data, config)
+    training.train("cdni", data, dataclasses.replace(config, epochs=2), checkpoint=tmp_path / "c.npz")
+    lines = []
+    resumed = training.train("cdni", data, config, checkpoint=tmp_path / "c.npz", progress=lines.append)
+    assert lines[0] == f"[cdni] resumed from {tmp_path}/c.npz at step 8 of 20"
+    assert without_wall_time(resumed) == without_wall_time(unbroken)
+
+
+def test_a_checkpoint_of_other_settings_is_not_resumed_and_says_why(tmp_path):
+    data = generate_split(5, 64, 16, seed=0)
+    config = training.TrainConfig(epochs=2, batch_size=16, hidden=(8, 8))
+    training.train("dni", data, config, checkpoint=tmp_path / "c.npz")
+    lines = []
+    fresh = training.train("dni", data, dataclasses.replace(config, alpha=0.01), checkpoint=tmp_path / "c.npz",
+                           progress=lines.append)
+    assert lines[0] == (f"[dni] not resuming from {tmp_path}/c.npz: it was saved with other settings or data "
+                        "(alpha 0.002 then, 0.01 now); starting afresh")
+    assert without_wall_time(fresh) == without_wall_time(
+        training.train("dni", data, dataclasses.replace(config, alpha=0.01)))
+
+
+RESUME_PAPER = """
+import json, sys
+import numpy as np
+from sgrad.paper import PaperConfig, train_paper
+config = PaperConfig(**json.loads(sys.argv[2]))
+arrays = np.load(f"{sys.argv[1]}/data.npz")
+data = tuple(arrays[k] for k in ("x_train", "y_train", "x_test", "y_test"))
+lines = []
+methods = ("backprop", "dni", "cdni", "synthetic-loss")
+histories = {m: train_paper(m, data, config, progress=lines.append, checkpoint=f"{sys.argv[1]}/{m}.npz")
+             for m in methods}
+json.dump({"histories": histories, "lines": lines}, sys.stdout)
+"""
+
+
+def test_train_paper_resumed_in_a_fresh_process_ends_bit_identical(tmp_path, monkeypatch):
+    """MLP generators with batch norm, Adam everywhere, float32; 8 batches per pass over the data, 10 iterations,
+    evaluations at 4, 8 and 10; killed at iteration 7, checkpoints every 3 iterations: resumes at 6."""
+    data = paper_data()
+    np.savez(tmp_path / "data.npz", **dict(zip(("x_train", "y_train", "x_test", "y_test"), data)))
+    methods = ("backprop", "dni", "cdni", "synthetic-loss")
+    unbroken = {m: paper.train_paper(m, data, PAPER_TINY, checkpoint=tmp_path / f"unbroken-{m}.npz") for m in methods}
+    for method in methods:
+        interrupt_at(monkeypatch, paper, ["backprop_step", "dni_step", "synthetic_loss_step"], call=7)
+        with pytest.raises(KeyboardInterrupt):
+            paper.train_paper(method, data, PAPER_TINY, checkpoint=tmp_path / f"{method}.npz", checkpoint_every=3)
+        monkeypatch.undo()
+    result = subprocess.run([sys.executable, "-c", RESUME_PAPER, str(tmp_path),
+                             json.dumps(dataclasses.asdict(PAPER_TINY))],
+                            capture_output=True, text=True, env=ENV, timeout=300)
+    assert result.returncode == 0, result.stderr
+    resumed = json.loads(result.stdout)
+    for method in methods:
+        assert f"[{method}, depth 3] resumed from {tmp_path}/{method}.npz at iteration 6" in resumed["lines"]
+        assert resumed["histories"][method]["iteration"] == [4, 8, 10]
+        assert without_wall_time(resumed["histories"][method]) == without_wall_time(unbroken[method])
+        assert_same_state(load_checkpoint(tmp_path / f"{method}.npz").network,
+                          load_checkpoint(tmp_path / f"unbroken-{method}.npz").network)
+
+
+# --- the commands resume from their own checkpoints ------------------------------------------------------
+
+COMPARE_TINY = ["compare", "--bits", "5", "--train", "64", "--test", "16", "--hidden", "8,8", "--batch-size", "16"]
+
+
+def histories_in(out):
+    record = json.loads((out / "history.json").read_text())
+    return {method: without_wall_time(h) for method, h in record["histories"].items()}
+
+
+def test_sgrad_compare_run_again_with_more_epochs_resumes_bit_identical(tmp_path):
+    unbroken = subprocess.run([*SGRAD, *COMPARE_TINY, "--epochs", "6", "--out", str(tmp_path / "unbroken")],
+                              capture_output=True, text=True, env=ENV, timeout=300)
+    assert unbroken.returncode == 0, unbroken.stderr
+    for epochs in ("3", "6"):
+        broken = subprocess.run([*SGRAD, *COMPARE_TINY, "--epochs", epochs, "--checkpoint-every", "5",
+                                 "--out", str(tmp_path / "broken")], capture_output=True, text=True, env=ENV,
+                                timeout=300)
+        assert broken.returncode == 0, broken.stderr
+    for method in sgrad.METHODS:
+        assert f"[{method}] resumed from {tmp_path}/broken/checkpoints/{method}.npz at step 12 of 24" in broken.stderr
+        assert_same_state(load_checkpoint(tmp_path / "broken" / "checkpoints" / f"{method}.npz").network,
+                          load_checkpoint(tmp_path / "unbroken" / "checkpoints" / f"{method}.npz").network)
+    assert histories_in(tmp_path / "broken") == histories_in(tmp_path / "unbroken")
+
+
+def test_sgrad_compare_killed_after_a_checkpoint_resumes_bit_identical(tmp_path):
+    command = [*SGRAD, *COMPARE_TINY, "--methods", "cdni", "--epochs", "300", "--checkpoint-every", "50"]
+    checkpoint = tmp_path / "killed" / "checkpoints" / "cdni.npz"
+    run = subprocess.Popen([*command, "--out", str(tmp_path / "killed")], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        deadline = time.monotonic() + 120
+        while not checkpoint.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+    assert run.returncode == -signal.SIGKILL
+    step = load_checkpoint(checkpoint).metadata["step"]
+    assert 50 <= step < 1200
+    resumed = subprocess.run([*command, "--out", str(tmp_path / "killed")], capture_output=True, text=True, env=ENV,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"[cdni] resumed from {checkpoint} at step {step} of 1200" in resumed.stderr
+    unbroken = subprocess.run([*command, "--checkpoint-every", "0", "--out", str(tmp_path / "unbroken")],
+                              capture_output=True, text=True, env=ENV, timeout=300)
+    assert unbroken.returncode == 0, unbroken.stderr
+    assert histories_in(tmp_path / "killed") == histories_in(tmp_path / "unbroken")
+    assert not (tmp_path / "unbroken" / "checkpoints").exists()
+
+
+def test_sgrad_compare_with_other_settings_starts_afresh(tmp_path, capsys):
+    from sgrad.cli import main
+
+    out = str(tmp_path / "out")
+    assert main([*COMPARE_TINY, "--methods", "dni", "--epochs", "1", "--out", out]) == 0
+    assert main([*COMPARE_TINY, "--methods", "dni", "--epochs", "1", "--lr", "0.01", "--out", out]) == 0
+    assert "[dni] not resuming from" in capsys.readouterr().err
+
+
+def test_sgrad_compare_refuses_a_damaged_checkpoint_in_one_line(tmp_path, capsys):
+    from sgrad.cli import main
+
+    out = tmp_path / "out"
+    (out / "checkpoints").mkdir(parents=True)
+    (out / "checkpoints" / "dni.npz").write_bytes(b"PK\x03\x04 not really a zip archive")
+    with pytest.raises(SystemExit) as info:
+        main([*COMPARE_TINY, "--methods", "dni", "--epochs", "1", "--out", str(out), "--quiet"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sgrad compare: error: {out}/checkpoints/dni.npz is not a readable checkpoint")
+    assert "delete it to start afresh" in err and len(err.splitlines()) == 1
+
+
+def test_sgrad_paper_run_again_with_more_iterations_resumes_a_cell_bit_identical(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez_compressed(tmp_path / "mnist.npz", x_train=rng.integers(0, 256, (64, 28, 28), dtype=np.uint8),
+                        y_train=rng.integers(0, 10, 64, dtype=np.uint8),
+                        x_test=rng.integers(0, 256, (16, 28, 28), dtype=np.uint8),
+                        y_test=rng.integers(0, 10, 16, dtype=np.uint8))
+    command = [*SGRAD, "paper", "--methods", "backprop,cdni", "--depths", "2", "--eval-every", "4", "--batch-size", "8",
+               "--hidden", "16", "--generator-hidden", "8", "--no-verify", "--data", str(tmp_path / "mnist.npz")]
+    unbroken = subprocess.run([*command, "--iterations", "10", "--out", str(tmp_path / "unbroken")],
+                              capture_output=True, text=True, env=ENV, timeout=300)
+    assert unbroken.returncode == 0, unbroken.stderr
+    for iterations in ("6", "10"):
+        broken = subprocess.run([*command, "--iterations", iterations, "--checkpoint-every", "3",
+                                 "--out", str(tmp_path / "broken")], capture_output=True, text=True, env=ENV,
+                                timeout=300)
+        assert broken.returncode == 0, broken.stderr
+    for method in ("backprop", "cdni"):
+        path = f"{tmp_path}/broken/checkpoints/{method}-depth2.npz"
+        assert f"[{method}, depth 2] resumed from {path} at iteration 6" in broken.stderr
+        assert_same_state(load_checkpoint(path).network,
+                          load_checkpoint(tmp_path / "unbroken" / "checkpoints" / f"{method}-depth2.npz").network)
+    cells = {out: {(c["method"], c["depth"]): without_wall_time(c)
+                   for c in json.loads((tmp_path / out / "histories.json").read_text())["cells"]}
+             for out in ("broken", "unbroken")}
+    assert cells["broken"] == cells["unbroken"]
+    assert cells["broken"][("cdni", 2)]["iteration"] == [4, 8, 10]
