@@ -328,9 +328,17 @@ def _load_cell(out_dir, method, config, data_tag):
     if not path.exists():
         return None
     record = json.loads(path.read_text())
-    if record.get("config") != json.loads(json.dumps(dataclasses.asdict(config))) or record.get("data") != data_tag:
+    wanted = json.loads(json.dumps(dataclasses.asdict(config)))
+    if _relevant(method, record.get("config") or {}) != _relevant(method, wanted) or record.get("data") != data_tag:
         return None  # made with other settings or other data: train again
     return record["history"]
+
+
+def _relevant(method, settings):
+    """The settings a cell depends on: backprop and no-bprop have no generators, so theirs don't count."""
+    if method in ("backprop", "no-bprop"):
+        return {k: v for k, v in settings.items() if not k.startswith("generator")}
+    return settings
 
 
 def _save_cell(out_dir, method, config, data_tag, history):

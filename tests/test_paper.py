@@ -89,6 +89,17 @@ def test_a_cell_made_with_other_settings_or_data_is_trained_again(tiny_data, tmp
     assert not any("loaded" in line for line in lines)
 
 
+def test_generator_settings_do_not_invalidate_the_cells_of_methods_without_generators(tiny_data, tmp_path):
+    import dataclasses
+
+    run_grid(tiny_data, methods=("backprop", "no-bprop", "dni"), config=TINY, out_dir=tmp_path)
+    lines = []
+    run_grid(tiny_data, methods=("backprop", "no-bprop", "dni"), out_dir=tmp_path, progress=lines.append,
+             config=dataclasses.replace(TINY, generator_alpha=1e-6, generator_hidden=(4,)))
+    loaded = sorted(line.split("]")[0] for line in lines if "loaded from" in line)
+    assert loaded == ["[backprop, depth 3", "[no-bprop, depth 3"]
+
+
 def test_results_table_has_a_row_per_method_and_a_column_per_depth(tiny_data):
     results = run_grid(tiny_data, methods=("backprop", "no-bprop"), depths=(2, 3), config=TINY)
     table = results_table(results)
