@@ -13,35 +13,40 @@ Everything is vectorized: no Python loop over examples.
 import numbers
 
 import numpy as np
+from numpy.typing import ArrayLike
 
-from ._checks import check_positive_int, make_rng
+from ._checks import Seed, check_bit_rows, check_integers, check_positive_int, make_rng
 
 MIN_OUTPUT_DIM = 2
 MAX_OUTPUT_DIM = 62  # operands and sums must fit in int64
 
 
-def int_to_bits(values, width):
-    """Bits of non-negative integers, most significant first: (n,) ints -> (n, width) floats."""
-    values = np.asarray(values, dtype=np.int64)
+def int_to_bits(values: ArrayLike, width: int) -> np.ndarray:
+    """Bits of non-negative integers, most significant first: (n,) ints -> (n, width) floats.
+
+    Every value must fit in ``width`` bits, ``0 <= value < 2**width``.
+    """
+    width = check_positive_int(width, "width")
+    if width > MAX_OUTPUT_DIM + 1:
+        raise ValueError(f"width must be at most {MAX_OUTPUT_DIM + 1} (bits of an int64); got {width}")
+    values = check_integers(values, "values", below=2**width)
     shifts = np.arange(width - 1, -1, -1, dtype=np.int64)
     return ((values[:, None] >> shifts) & 1).astype(np.float64)
 
 
-def bits_to_int(bits):
+def bits_to_int(bits: ArrayLike) -> np.ndarray:
     """Integers from rows of bits, most significant first: (n, width) -> (n,) int64.
 
     Rows may be probabilities or logits' sigmoid: each bit is read as ``bit >= 0.5``.
     """
-    bits = np.asarray(bits)
-    if bits.ndim != 2:
-        raise ValueError(f"bits must have shape (n, width); got shape {bits.shape}")
+    bits = check_bit_rows(bits, "bits")
     if bits.shape[1] > MAX_OUTPUT_DIM + 1:
         raise ValueError(f"at most {MAX_OUTPUT_DIM + 1} bits fit in int64; got {bits.shape[1]}")
     weights = np.int64(1) << np.arange(bits.shape[1] - 1, -1, -1, dtype=np.int64)
     return (bits >= 0.5).astype(np.int64) @ weights
 
 
-def split_operands(x):
+def split_operands(x: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """The operands ``(a, b)`` encoded in ``x``: (n, 2d) bits -> two (n,) int64 arrays."""
     x = np.asarray(x)
     if x.ndim != 2 or x.shape[1] % 2:
@@ -50,13 +55,14 @@ def split_operands(x):
     return bits_to_int(x[:, :d]), bits_to_int(x[:, d:])
 
 
-def encode(a, b, output_dim):
+def encode(a: ArrayLike, b: ArrayLike, output_dim: int) -> tuple[np.ndarray, np.ndarray]:
     """The ``(x, y)`` rows for operand arrays ``a`` and ``b``."""
     x = np.concatenate([int_to_bits(a, output_dim), int_to_bits(b, output_dim)], axis=1)
     return x, int_to_bits(np.asarray(a) + np.asarray(b), output_dim)
 
 
-def generate_dataset(output_dim=8, num_examples=1000, seed=None, *, rng=None):
+def generate_dataset(output_dim: int = 8, num_examples: int = 1000, seed: Seed = None, *,
+                     rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Draw ``num_examples`` additions with operands uniform below ``2**(output_dim-1)``.
 
     Compatible with the blog's ``generate_dataset(output_dim=8, num_examples=1000)``;
@@ -70,7 +76,8 @@ def generate_dataset(output_dim=8, num_examples=1000, seed=None, *, rng=None):
     return encode(a, b, output_dim)
 
 
-def generate_split(output_dim=8, num_train=1000, num_test=1000, seed=None, *, rng=None):
+def generate_split(output_dim: int = 8, num_train: int = 1000, num_test: int = 1000, seed: Seed = None, *,
+                   rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """A train set and a held-out set with no (a, b) operand pair on both sides.
 
     The pairs are distinct across the whole split (and within each side), so

@@ -22,17 +22,19 @@ import os
 import pathlib
 import shutil
 import tempfile
-from typing import NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike, DTypeLike
 
-from ._checks import check_positive_int, make_rng
+from ._checks import Seed, check_positive_int, make_rng
 
 DEFAULT_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 FILENAME = "mnist.npz"
 DATA_DIR_VARIABLE = "SGRAD_DATA_DIR"
 IMAGE_SHAPE = (28, 28)
 NUM_CLASSES = 10
+ZIP_SIGNATURE, NPY_SIGNATURE = b"PK", b"\x93NUMPY"  # the first bytes of an .npz (a zip file) and of an .npy file
 DOWNLOAD_TIMEOUT = 60  # seconds a stalled connection may stay silent before the download gives up
 
 # hashlib.sha256(a.tobytes()).hexdigest() of each array of the real archive.
@@ -61,16 +63,17 @@ class MnistNotFoundError(FileNotFoundError):
     """No ``mnist.npz`` in any place ``load_mnist`` looked, and no download."""
 
 
-def default_cache_dir():
+def default_cache_dir() -> pathlib.Path:
     """The per-user cache folder: ``$XDG_CACHE_HOME/sgrad``, or ``~/.cache/sgrad``."""
-    base = os.environ.get("XDG_CACHE_HOME", "")
+    base: str | pathlib.Path = os.environ.get("XDG_CACHE_HOME", "")
     # The XDG specification says to ignore a relative XDG_CACHE_HOME.
     if not os.path.isabs(base):
         base = pathlib.Path.home() / ".cache"
     return pathlib.Path(base) / "sgrad"
 
 
-def load_mnist(path=None, *, verify=True, download=True, url=DEFAULT_URL, cache_dir=None):
+def load_mnist(path: str | os.PathLike[str] | None = None, *, verify: bool = True, download: bool = True,
+               url: str = DEFAULT_URL, cache_dir: str | os.PathLike[str] | None = None) -> MnistData:
     """The raw MNIST arrays: an ``MnistData`` of uint8 ``x_train, y_train, x_test, y_test``.
 
     Where it looks, in order:
@@ -92,6 +95,9 @@ def load_mnist(path=None, *, verify=True, download=True, url=DEFAULT_URL, cache_
     how to provide the file.
     """
     if path is not None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be the path of an {FILENAME} archive or of a folder holding one, "
+                            f"as a str or pathlib.Path; got {type(path).__name__}")
         return _load_given_path(pathlib.Path(path).expanduser(), verify)
 
     looked = []
@@ -132,7 +138,8 @@ def load_mnist(path=None, *, verify=True, download=True, url=DEFAULT_URL, cache_
     )
 
 
-def prepare_mnist(data, *, dtype=np.float32, flatten=True, subset=None, seed=None, rng=None):
+def prepare_mnist(data: MnistData, *, dtype: DTypeLike = np.float32, flatten: bool = True, subset: int | None = None,
+                  seed: Seed = None, rng: np.random.Generator | None = None) -> MnistData:
     """The arrays a network trains on, as an ``MnistData``.
 
     data: what ``load_mnist`` returns (uint8 images (n, 28, 28), uint8 labels (n,)).
@@ -174,7 +181,7 @@ def prepare_mnist(data, *, dtype=np.float32, flatten=True, subset=None, seed=Non
                      _scale(data.x_test, dtype, flatten), data.y_test.astype(np.int64))
 
 
-def one_hot(labels, num_classes=NUM_CLASSES, *, dtype=np.float32):
+def one_hot(labels: ArrayLike, num_classes: int = NUM_CLASSES, *, dtype: DTypeLike = np.float32) -> np.ndarray:
     """Targets for class labels: (n,) integers 0..num_classes-1 -> (n, num_classes), a 1 per row."""
     num_classes = check_positive_int(num_classes, "num_classes")
     labels = np.asarray(labels)
@@ -189,7 +196,7 @@ def one_hot(labels, num_classes=NUM_CLASSES, *, dtype=np.float32):
     return targets
 
 
-def _scale(images, dtype, flatten):
+def _scale(images: np.ndarray, dtype: np.dtype, flatten: bool) -> np.ndarray:
     """uint8 images -> ``dtype`` in [0, 1], (n, 784) if ``flatten``; no float64 copy on the way."""
     scaled = images.reshape(len(images), -1) if flatten else images
     scaled = scaled.astype(dtype)
@@ -197,7 +204,7 @@ def _scale(images, dtype, flatten):
     return scaled
 
 
-def _load_given_path(path, verify):
+def _load_given_path(path: pathlib.Path, verify: bool) -> MnistData:
     if path.is_dir():
         path = path / FILENAME
     if not path.is_file():
@@ -208,7 +215,7 @@ def _load_given_path(path, verify):
     return _read_archive(path, verify, advice="Replace it with a good copy of the archive.")
 
 
-def _fetch(url, folder):
+def _fetch(url: str, folder: pathlib.Path) -> pathlib.Path:
     """Download ``url`` into a new temporary file in ``folder``; return the file's path.
 
     Raises ``OSError`` if the download fails or stops short; no temporary file is left then.
@@ -219,8 +226,8 @@ def _fetch(url, folder):
     import urllib.request
 
     folder.mkdir(parents=True, exist_ok=True)
-    handle, partial = tempfile.mkstemp(prefix=f".{FILENAME}.", suffix=".part", dir=folder)
-    partial = pathlib.Path(partial)
+    handle, name = tempfile.mkstemp(prefix=f".{FILENAME}.", suffix=".part", dir=folder)
+    partial = pathlib.Path(name)
     try:
         with os.fdopen(handle, "wb") as out, \
                 urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as response:
@@ -237,7 +244,7 @@ def _fetch(url, folder):
     return partial
 
 
-def _install(partial, destination, url, verify):
+def _install(partial: pathlib.Path, destination: pathlib.Path, url: str, verify: bool) -> MnistData:
     """Check a finished download and rename it to ``destination``; delete it if it fails."""
     try:
         data = _read_archive(partial, verify, name=f"the file downloaded from {url}", advice=(
@@ -249,7 +256,7 @@ def _install(partial, destination, url, verify):
     return data
 
 
-def _read_archive(path, verify, *, advice, name=None):
+def _read_archive(path: pathlib.Path, verify: bool, *, advice: str, name: str | None = None) -> MnistData:
     """The checked arrays of the archive at ``path``; ``ValueError`` if it is unusable.
 
     The error calls the file ``name`` (default: its path) and ends with ``advice``.
@@ -262,17 +269,22 @@ def _read_archive(path, verify, *, advice, name=None):
         except Exception as error:
             arrays, problem = None, (f"it cannot be read as a NumPy .npz archive, so it is probably "
                                      f"truncated or damaged ({type(error).__name__}: {error})")
-    if problem is None:
+    if arrays is not None:
         problem = _layout_problem(arrays)
-    if problem is None and verify:
-        problem = _hash_problem(arrays)
-    if problem:
+        if problem is None and verify:
+            problem = _hash_problem(arrays)
+    if problem or arrays is None:
         raise ValueError(f"{name or path} is not a usable {FILENAME}: {problem}. {advice}")
     return MnistData(**arrays)
 
 
-def _load_arrays(file):
+def _load_arrays(file: IO[bytes]) -> tuple[dict[str, np.ndarray] | None, str | None]:
     """``(arrays, None)`` with the four arrays read into memory, or ``(None, problem)``."""
+    # np.load would take any other file for a pickle, and its error would suggest unpickling it.
+    head = file.read(len(NPY_SIGNATURE))
+    file.seek(0)
+    if not head.startswith((ZIP_SIGNATURE, NPY_SIGNATURE)):
+        raise ValueError(f"an .npz archive is a zip file, starting with {ZIP_SIGNATURE!r}; this one starts with {head!r}")
     # np.load is given an open file, not a path: on a damaged archive it would leave its own open.
     loaded = np.load(file, allow_pickle=False)
     if isinstance(loaded, np.ndarray):
@@ -285,7 +297,7 @@ def _load_arrays(file):
         return {key: archive[key] for key in MnistData._fields}, None
 
 
-def _layout_problem(arrays):
+def _layout_problem(arrays: dict[str, Any]) -> str | None:
     """What is wrong with the four arrays' shapes, dtypes and labels, or None."""
     for split in ("train", "test"):
         images, labels = arrays[f"x_{split}"], arrays[f"y_{split}"]
@@ -303,11 +315,11 @@ def _layout_problem(arrays):
     return None
 
 
-def _hash_problem(arrays):
+def _hash_problem(arrays: dict[str, np.ndarray]) -> str | None:
     """Which array differs from the real MNIST's, or None."""
     for key, expected in SHA256.items():
         # hashlib reads the array's buffer directly: the hash of a.tobytes() without the copy.
-        digest = hashlib.sha256(np.ascontiguousarray(arrays[key])).hexdigest()
+        digest = hashlib.sha256(np.ascontiguousarray(arrays[key]).data).hexdigest()
         if digest != expected:
             return (f"its {key} is not the real MNIST's (SHA-256 {digest[:12]}..., expected "
                     f"{expected[:12]}...); if it is your own archive in MNIST's layout, pass verify=False")

@@ -5,23 +5,104 @@ trusts its inputs.
 """
 
 import numbers
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
-from data_gen._checks import check_positive_int, make_rng  # noqa: F401  (re-exported)
+from data_gen._checks import Seed, check_positive_int, make_rng
+
+__all__ = ["Seed", "check_batch", "check_batch_rows", "check_condition", "check_float_dtype", "check_learning_rate",
+           "check_module", "check_number", "check_positive_int", "check_same_shape", "check_widths", "make_rng"]
 
 
-def check_learning_rate(value, name="alpha"):
+def check_learning_rate(value: Any, name: str = "alpha") -> float:
     """Return ``value`` as a float if it is a finite number > 0."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} (a learning rate) must be a number; got {type(value).__name__}")
+        raise TypeError(f"{name} (a learning rate) must be a number such as 0.01; got {type(value).__name__}")
     value = float(value)
     if not np.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} (a learning rate) must be finite and > 0; got {value}")
+        raise ValueError(f"{name} (a learning rate) must be finite and > 0; got {value}. Try a small step such as 0.01")
     return value
 
 
-def check_batch(array, name, width=None, *, width_name="features"):
+def check_number(value: Any, name: str, *, above: float, at_most: float = np.inf, example: str) -> float:
+    """Return ``value`` as a float if it is a finite number in ``(above, at_most]``; ``example`` shows a good one."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number such as {example}; got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not (np.isfinite(value) and above < value <= at_most):
+        interval = f"> {above:g}" if at_most == np.inf else f"in ({above:g}, {at_most:g}]"
+        raise ValueError(f"{name} must be {interval}, a finite number such as {example}; got {value}")
+    return value
+
+
+def check_float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
+    """Return ``np.dtype(dtype)`` if it is a floating type (float32, float64)."""
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be a floating type such as np.float64; got {dtype!r}") from None
+    if resolved.kind != "f":
+        raise TypeError(f"{name} must be a floating type such as np.float64; got {resolved}")
+    return resolved
+
+
+def check_widths(widths: Any, name: str) -> tuple[int, ...]:
+    """Return ``widths`` as a tuple of ints >= 1, e.g. hidden layer widths ``(1024, 1024)``; ``()`` is allowed."""
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Iterable):
+        raise TypeError(f"{name} must be a tuple of layer widths such as (256, 256), or () for none; "
+                        f"got {widths!r} ({type(widths).__name__})")
+    return tuple(check_positive_int(width, f"every width in {name}") for width in widths)
+
+
+MODULE_METHODS = ("forward", "backward", "predict", "update")
+
+
+def check_module(module: Any, name: str, *, sized: bool = False) -> None:
+    """Check that ``module`` follows the Layer convention: forward, backward, predict, update and parameters.
+
+    ``sized=True`` also asks for ``input_dim`` and ``output_dim``, as a block under a DNI needs.
+    """
+    missing = [method for method in MODULE_METHODS if not callable(getattr(module, method, None))]
+    attributes = ("parameters", "input_dim", "output_dim") if sized else ("parameters",)
+    missing += [attribute for attribute in attributes if not hasattr(module, attribute)]
+    if missing:
+        kind = "a Layer or a Sequential block" if sized else "a module such as a Layer, BatchNorm or Activation"
+        raise TypeError(
+            f"{name} must be {kind} (with {', '.join(MODULE_METHODS + attributes)}); "
+            f"got {type(module).__name__}, which lacks {', '.join(missing)}"
+        )
+
+
+def check_batch_rows(module: Any, rows: int, name: str = "input") -> None:
+    """Refuse a batch of one row for ``module`` if it holds a BatchNorm in training mode.
+
+    Looks through blocks (``modules``), generators (``net``), DNI blocks
+    (``block``) and DNI layers (``generator``), so that the whole call can be
+    refused before any part of it changes.
+    """
+    if rows >= 2:
+        return
+    from .batchnorm import BatchNorm  # here, not at the top: batchnorm imports this module
+
+    pending, seen = [module], set()
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        if isinstance(part, BatchNorm) and part.training:
+            raise ValueError(
+                f"{name} has {rows} row, but batch norm in training mode needs a batch of at least 2 rows; "
+                "use eval() for single examples (training mode normalises with the batch's own statistics)"
+            )
+        pending.extend(getattr(part, "modules", ()))
+        pending.extend(child for child in (getattr(part, attr, None) for attr in ("net", "block", "generator"))
+                       if child is not None)
+
+
+def check_batch(array: Any, name: str, width: int | None = None, *, width_name: str = "features") -> np.ndarray:
     """Check that ``array`` is a finite float array of shape ``(batch, width)``, batch >= 1.
 
     ``width=None`` accepts any number of columns.
@@ -61,7 +142,7 @@ def check_batch(array, name, width=None, *, width_name="features"):
     return array
 
 
-def check_same_shape(array, name, reference, reference_name):
+def check_same_shape(array: Any, name: str, reference: np.ndarray, reference_name: str) -> np.ndarray:
     """Check that ``array`` is a finite float array with the shape of ``reference``."""
     check_batch(array, name, reference.shape[1], width_name=f"the width of {reference_name}")
     if array.shape != reference.shape:
@@ -72,7 +153,7 @@ def check_same_shape(array, name, reference, reference_name):
     return array
 
 
-def check_condition(condition, condition_dim, batch, owner):
+def check_condition(condition: Any, condition_dim: int, batch: int, owner: str) -> None:
     """Check the conditioning c given to ``owner`` ('this DNI', 'this generator').
 
     An unconditioned owner (condition_dim=0) takes no condition; a conditioned

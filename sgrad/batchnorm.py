@@ -45,10 +45,9 @@ class BatchNorm:
 
     def __init__(self, features, *, momentum=0.1, eps=1e-5, update_rule=None, dtype=np.float64):
         self.input_dim = self.output_dim = _validation.check_positive_int(features, "features")
-        if not 0 < momentum <= 1:
-            raise ValueError(f"momentum must be in (0, 1]; got {momentum!r}")
-        self.momentum = float(momentum)
-        self.eps = float(eps)
+        self.momentum = _validation.check_number(momentum, "momentum", above=0, at_most=1, example="0.1")
+        self.eps = _validation.check_number(eps, "eps", above=0, example="1e-5")
+        dtype = _validation.check_float_dtype(dtype)
         self.gamma = np.ones(features, dtype=dtype)
         self.beta = np.zeros(features, dtype=dtype)
         self.running_mean = np.zeros(features, dtype=dtype)
@@ -72,6 +71,7 @@ class BatchNorm:
 
     def predict(self, x):
         """The output for x in the current mode, with no side effects (running averages untouched)."""
+        _validation.check_batch(x, "input", self.input_dim, width_name="features")
         if self.training:
             return batchnorm_forward(x, self.gamma, self.beta, self.eps)[0]
         return self._evaluate(x)[0]

@@ -27,15 +27,18 @@ class Activation:
         self.output = None
 
     def predict(self, x):
+        _validation.check_batch(x, "input")
         return self.nonlin(x)
 
     def forward(self, x):
+        _validation.check_batch(x, "input")
         self.output = self.nonlin(x)
         return self.output
 
     def backward(self, output_delta):
         if self.output is None:
             raise ValueError("backward() needs a forward pass first; call forward(x)")
+        _validation.check_same_shape(output_delta, "output_delta", self.output, "the last output")
         return output_delta * self.nonlin_deriv(self.output)
 
     def update(self, alpha):
@@ -55,9 +58,15 @@ class Sequential:
         self.modules = list(modules)
         if not self.modules:
             raise ValueError("Sequential needs at least one module")
+        for index, module in enumerate(self.modules):
+            _validation.check_module(module, f"module {index} of the Sequential")
         sized = [m for m in self.modules if hasattr(m, "input_dim")]
         if not sized:
             raise ValueError("Sequential needs at least one module with an input_dim, such as a Layer")
+        for before, after in zip(sized[:-1], sized[1:]):
+            if before.output_dim != after.input_dim:
+                raise ValueError(f"{after!r} takes {after.input_dim} input features, but {before!r} before it "
+                                 f"gives {before.output_dim}; make each module's input_dim the last one's output_dim")
         self.input_dim = sized[0].input_dim
         self.output_dim = sized[-1].output_dim
 
@@ -79,12 +88,14 @@ class Sequential:
         return self.train(False)
 
     def predict(self, x):
+        _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
         for module in self.modules:
             x = module.predict(x)
         return x
 
     def forward(self, x):
         _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
+        _validation.check_batch_rows(self, x.shape[0])  # before any module remembers anything
         for module in self.modules:
             x = module.forward(x)
         return x
@@ -95,6 +106,7 @@ class Sequential:
         return output_delta
 
     def update(self, alpha):
+        _validation.check_learning_rate(alpha)
         for module in self.modules:
             if module.parameters:
                 module.update(alpha)

@@ -36,6 +36,7 @@ class _Decoupled:
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         # The condition is checked before anything runs, so a bad one changes nothing.
         _validation.check_condition(condition, self.condition_dim, input.shape[0], "this DNI")
+        _validation.check_batch_rows(self, input.shape[0])
         output = self._module_forward(input)
         self.synthetic_gradient = self.generator.forward(output, condition)
         input_delta = self._module_backward(self.synthetic_gradient)
@@ -134,6 +135,7 @@ class DNIBlock(_Decoupled):
     """
 
     def __init__(self, block, generator, alpha=0.1, *, generator_alpha=None):
+        _validation.check_module(block, "block", sized=True)
         _check_generator(generator, block.output_dim, getattr(generator, "condition_dim", 0))
         self.block = block
         self.generator = generator

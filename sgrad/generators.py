@@ -79,8 +79,9 @@ class Generator:
 
     def forward(self, h, condition=None):
         """ĝ = M(h, c), remembering the input for :meth:`update`."""
-        self.input = self._joined(h, condition)
-        self.synthetic_gradient = self.net.forward(self.input)
+        joined = self._joined(h, condition)
+        self.synthetic_gradient = self.net.forward(joined)  # a refused batch leaves self.input as it was
+        self.input = joined
         return self.synthetic_gradient
 
     def update(self, target, alpha):
@@ -162,7 +163,7 @@ class MLPGenerator(Generator):
         output_dim = _validation.check_positive_int(output_dim, "output_dim")
         condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
         rng = _validation.make_rng(seed, rng)
-        widths = (output_dim + condition_dim, *[_validation.check_positive_int(w, "hidden width") for w in hidden])
+        widths = (output_dim + condition_dim, *_validation.check_widths(hidden, "hidden"))
         blocks = [dense_block(a, b, "relu", batchnorm=batchnorm, update_rule=update_rule, rng=rng, dtype=dtype)
                   for a, b in zip(widths[:-1], widths[1:])]
         out = Layer(widths[-1], prediction_dim or output_dim, "identity", init="zeros", update_rule=update_rule,
@@ -192,8 +193,9 @@ class SyntheticLossGenerator(MLPGenerator):
         return probe.forward(h, condition)
 
     def forward(self, h, condition=None):
-        self.input = self._joined(h, condition)
-        self._z = self.net.forward(self.input)
+        joined = self._joined(h, condition)
+        self._z = self.net.forward(joined)  # a refused batch leaves self.input as it was
+        self.input = joined
         self.predicted_loss = np.logaddexp(0.0, self._z)  # softplus, without overflow
         batch = h.shape[0]
         dinput = self.net.backward(sigmoid(self._z) / batch)

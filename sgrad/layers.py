@@ -94,6 +94,7 @@ class Layer:
 
     def predict(self, input):
         """The output for ``input`` with no side effects: nothing is remembered for ``backward``."""
+        _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         return kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
 
     def backward(self, output_delta):

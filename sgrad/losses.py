@@ -10,15 +10,19 @@ no averaging of their own):
   that of each example's own loss (as for ``"sum"``).
 """
 
+from collections.abc import Callable
+
 import numpy as np
 
 from . import _validation
 from .nonlinearities import sigmoid
 
 REDUCTIONS = ("mean", "sum", "none")
+# What every loss returns: the value (a float; one per example for reduction="none") and dL/d(its input).
+LossResult = tuple[float | np.ndarray, np.ndarray]
 
 
-def mse(prediction, target, reduction="mean"):
+def mse(prediction: np.ndarray, target: np.ndarray, reduction: str = "mean") -> LossResult:
     """Squared error ``L = 1/2 * sum((prediction - target)**2)``, reduced over the batch.
 
     prediction, target: (batch, features).  Returns ``(L, dL/dprediction)``.
@@ -29,7 +33,7 @@ def mse(prediction, target, reduction="mean"):
     return value, scale * diff
 
 
-def bce_with_logits(logits, target, reduction="mean"):
+def bce_with_logits(logits: np.ndarray, target: np.ndarray, reduction: str = "mean") -> LossResult:
     """Binary cross-entropy of ``sigmoid(logits)`` against targets in [0, 1].
 
     logits, target: (batch, features).  Returns ``(L, dL/dlogits)`` where
@@ -46,14 +50,15 @@ def bce_with_logits(logits, target, reduction="mean"):
     return value, scale * (sigmoid(logits) - target)
 
 
-def softmax(logits):
+def softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise softmax of logits: (batch, classes), stable for any logit."""
+    _validation.check_batch(logits, "logits")
     shifted = logits - logits.max(axis=1, keepdims=True)
     e = np.exp(shifted)
     return e / e.sum(axis=1, keepdims=True)
 
 
-def softmax_cross_entropy(logits, labels, reduction="mean"):
+def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, reduction: str = "mean") -> LossResult:
     """Cross-entropy of ``softmax(logits)`` against class labels.
 
     logits: (batch, classes).  labels: integer classes of shape (batch,), or
@@ -72,7 +77,7 @@ def softmax_cross_entropy(logits, labels, reduction="mean"):
 LOSSES = {"mse": mse, "bce": bce_with_logits, "softmax_ce": softmax_cross_entropy}
 
 
-def get_loss(name):
+def get_loss(name: str) -> Callable[..., LossResult]:
     """Return the loss function registered under ``name`` ('mse', 'bce', 'softmax_ce')."""
     try:
         return LOSSES[name]
@@ -102,6 +107,11 @@ def _as_target_distribution(labels, logits):
     batch, classes = shape
     if not isinstance(labels, np.ndarray):
         raise TypeError(f"labels must be a NumPy array; got {type(labels).__name__}")
+    if labels.ndim not in (1, 2):
+        raise ValueError(
+            f"labels must be integer classes of shape ({batch},) or one-hot rows of shape {shape}; "
+            f"got shape {labels.shape}"
+        )
     if labels.ndim == 1:
         if labels.dtype.kind not in "iu":
             raise TypeError(
