@@ -29,4 +29,5 @@ __all__ = [
     "SGD", "Momentum", "Adam", "UpdateRule",
     "METHODS", "TrainConfig", "TrainingDiverged", "train", "compare", "results_table",
     "checkpoint", "save_checkpoint", "load_checkpoint", "CheckpointError",
+    "blackbox", "checks",
 ]

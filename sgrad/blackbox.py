@@ -9,13 +9,18 @@ exactly as a synthetic gradient ĝ is.
 """
 
 import numbers
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import _validation
+from ._validation import Seed
 
 
-def estimate_gradient(f, x, *, num_directions, epsilon=1e-3, seed=None, rng=None):
+def estimate_gradient(f: Callable[[np.ndarray], ArrayLike], x: np.ndarray, *, num_directions: int, epsilon: float = 1e-3,
+                      seed: Seed = None, rng: np.random.Generator | None = None) -> tuple[np.ndarray, int]:
     """Estimate ``g_i = df(x_i)/dx_i`` for each row of ``x`` from queries of ``f`` alone.
 
     For each row ``x_i`` draw ``m = num_directions`` directions ``u_ij``,
@@ -92,7 +97,7 @@ def estimate_gradient(f, x, *, num_directions, epsilon=1e-3, seed=None, rng=None
     return gradient_estimate.astype(x.dtype, copy=False), batch * (m + 1)
 
 
-def _check_epsilon(epsilon):
+def _check_epsilon(epsilon: Any) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
         raise TypeError(
             f"epsilon (the finite-difference step) must be a number; got {type(epsilon).__name__}"
@@ -106,7 +111,7 @@ def _check_epsilon(epsilon):
     return epsilon
 
 
-def _check_scores(scores, n):
+def _check_scores(scores: Any, n: int) -> np.ndarray:
     scores = np.asarray(scores)
     if scores.shape != (n,):
         hint = " If f returns a column, return f(x)[:, 0] instead." if scores.shape == (n, 1) else ""

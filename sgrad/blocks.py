@@ -8,6 +8,8 @@ sit wherever a layer can, including under one DNI (:class:`sgrad.DNIBlock`):
 - ``update(alpha)`` takes one descent step; ``parameters`` and ``gradients`` are dicts.
 """
 
+from typing import ClassVar
+
 import numpy as np
 
 from . import _validation
@@ -19,8 +21,9 @@ from .nonlinearities import resolve_nonlinearity
 class Activation:
     """An elementwise nonlinearity as a module of its own (no parameters)."""
 
-    parameters = {}
-    gradients = {}
+    # No parameters, so nothing to learn: one empty dict, shared by every Activation and never filled.
+    parameters: ClassVar[dict[str, np.ndarray]] = {}
+    gradients: ClassVar[dict[str, np.ndarray]] = {}
 
     def __init__(self, nonlin, nonlin_deriv=None):
         self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)

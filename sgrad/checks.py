@@ -24,11 +24,13 @@ What is checked, in the paper's notation (h = f(x W + b) a layer's output,
 
 import copy
 import os
-import pathlib
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from . import kernels
 from .dni import DNI
@@ -52,19 +54,19 @@ class CheckResult:
     passed: bool
     message: str
 
-    def __str__(self):
+    def __str__(self) -> str:
         lines = [f"{'✓' if self.passed else '✗'} {self.name}"]
         lines += ["    " + line for line in self.message.splitlines()]
         return "\n".join(lines)
 
-    def _repr_pretty_(self, printer, cycle):
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))  # a bare result in a notebook cell shows as if printed
 
 
 # --- numerical gradients ---------------------------------------------------------------------
 
 
-def numerical_gradient(f, x, eps=1e-6):
+def numerical_gradient(f: Callable[[], float], x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """Central-difference gradient of the scalar function ``f()`` with respect to ``x``.
 
     ``f`` takes no argument and reads ``x``, a float64 array whose entries are
@@ -83,7 +85,7 @@ def numerical_gradient(f, x, eps=1e-6):
     return grad
 
 
-def relative_error(a, b):
+def relative_error(a: ArrayLike, b: ArrayLike) -> float:
     """``max |a - b| / max(|a| + |b|)``: below 1e-6 (usually near 1e-9) for a correct float64 gradient."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
@@ -91,7 +93,8 @@ def relative_error(a, b):
     return float(np.max(np.abs(a - b))) / scale
 
 
-def gradient_check(layer, x, *, seed=0, eps=1e-6, raise_on_failure=False):
+def gradient_check(layer: Any, x: ArrayLike, *, seed: int = 0, eps: float = 1e-6,
+                   raise_on_failure: bool = False) -> CheckResult:
     """Check ``layer.backward`` against central differences, for the input and every parameter.
 
     ``layer`` follows sgrad's Layer convention: ``forward(x)`` returns h,
@@ -154,7 +157,8 @@ AVERAGED = (
     "a layer does no averaging: sum over the batch (the loss that made output_delta already set the scale).")
 
 
-def check_layer_backward(layer_factory_or_class, *, seed=0, raise_on_failure=False):
+def check_layer_backward(layer_factory_or_class: Callable[..., Any], *, seed: int = 0,
+                         raise_on_failure: bool = False) -> CheckResult:
     """Gradient-check ``backward`` of fresh layers: tanh 3→5, sigmoid 5→2, relu 4→4, each with a bias.
 
     ``layer_factory_or_class`` is a Layer subclass, or any function called as
@@ -223,7 +227,8 @@ NO_SYNTHETIC_GRADIENT = (
     "update_synthetic_weights() needs it.")
 
 
-def check_dni_update(dni_class_or_factory, *, seed=0, raise_on_failure=False):
+def check_dni_update(dni_class_or_factory: Callable[..., Any], *, seed: int = 0,
+                     raise_on_failure: bool = False) -> CheckResult:
     """Check one ``forward_and_synthetic_update(input, condition)`` step against the formulas.
 
     Builds a plain DNI (tanh 3→5) and a cDNI (sigmoid 4→3, condition_dim=2)
@@ -242,7 +247,7 @@ def check_dni_update(dni_class_or_factory, *, seed=0, raise_on_failure=False):
     a delta computed with the post-update weights.
     """
     def check():
-        for layer, x, c, rng, (nonlin, input_dim, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
+        for layer, x, c, _, (nonlin, input_dim, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
             expected, mistakes, dz = _reference_dni_step(layer, x, c)
             returned = _run("forward_and_synthetic_update()", layer.forward_and_synthetic_update, x.copy(), c)
             input_delta, output = _delta_and_output(returned, expected)
@@ -354,7 +359,8 @@ LOSS_MEAN_OF_ALL = ("loss divided by every entry",
                     "L_M = 1/(2 batch) · Σ(ĝ - target)² divides by batch, not by batch · output_dim.")
 
 
-def check_generator_update(dni_class_or_factory, *, seed=0, raise_on_failure=False):
+def check_generator_update(dni_class_or_factory: Callable[..., Any], *, seed: int = 0,
+                           raise_on_failure: bool = False) -> CheckResult:
     """Check ``update_synthetic_weights(target)`` against one step of sgrad's generator update.
 
     After a forward step (sgrad's own ``DNI.forward_and_synthetic_update``, so
@@ -366,7 +372,7 @@ def check_generator_update(dni_class_or_factory, *, seed=0, raise_on_failure=Fal
     the target it was given (-target, zero, its own prediction, ...).
     """
     def check():
-        for layer, x, c, rng, (nonlin, input_dim, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
+        for layer, x, c, rng, (nonlin, _, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
             target = rng.standard_normal((BATCH, output_dim))
             if isinstance(layer, DNI):  # sgrad's own step, so that this check grades the generator update alone
                 _run("DNI.forward_and_synthetic_update()", DNI.forward_and_synthetic_update, layer, x, c)
@@ -450,7 +456,7 @@ def _run(what, function, *args, **kwargs):
         raise _Failure(f"{what} raised {type(error).__name__}: {error}{_where(error)}") from None
 
 
-_LIBRARIES = tuple(str(pathlib.Path(module.__file__).parent) + os.sep for module in (kernels, np))
+_LIBRARIES = tuple(os.path.dirname(str(module.__file__)) + os.sep for module in (kernels, np))
 
 
 def _where(error):

@@ -117,7 +117,7 @@ def comparison_figure(histories: dict, *, steps_per_epoch: int, title: str | Non
         ax_loss.plot([x], [y], marker="x", markersize=12, markeredgewidth=2, color=color)
         ax_loss.annotate(f"{method} diverged at step {step}", (x, y), textcoords="offset points", xytext=(6, 6),
                          fontsize="small", color=color)
-    losses = [y for line in ax_generator.lines for y in line.get_ydata() if 0 < y < np.inf]
+    losses = [float(y) for line in ax_generator.lines for y in np.asarray(line.get_ydata(), dtype=float) if 0 < y < np.inf]
     if losses:  # matplotlib's log ticks break down near 1e308: the top is at most 1e200, higher curves leave the view
         ax_generator.set_ylim(min(losses) / 2, min(max(losses) * 2, LOG_AXIS_TOP))
     return figure

@@ -1,25 +1,29 @@
 """Weight initialisations.  Each draws from the ``rng`` it is given, never from global state."""
 
 import numpy as np
+from numpy.typing import DTypeLike
+
+# The shape of a weight matrix, (fan_in, fan_out).
+Shape = tuple[int, int]
 
 
-def xavier(shape, rng, dtype):
+def xavier(shape: Shape, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:
     """Glorot/Xavier uniform: U(-a, a) with ``a = sqrt(6 / (fan_in + fan_out))``; suits tanh and sigmoid."""
     limit = np.sqrt(6.0 / (shape[0] + shape[1]))
     return rng.uniform(-limit, limit, size=shape).astype(dtype)
 
 
-def he(shape, rng, dtype):
+def he(shape: Shape, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:
     """He/Kaiming normal: N(0, 2 / fan_in); suits ReLU."""
     return (rng.standard_normal(shape) * np.sqrt(2.0 / shape[0])).astype(dtype)
 
 
-def blog(shape, rng, dtype):
+def blog(shape: Shape, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:
     """The blog post's ``randn * 0.2 - 0.1``: small, and shifted towards negative weights."""
     return (rng.standard_normal(shape) * 0.2 - 0.1).astype(dtype)
 
 
-def zeros(shape, rng, dtype):
+def zeros(shape: Shape, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:
     """All zeros: the paper's choice for a synthetic-gradient generator's output layer."""
     return np.zeros(shape, dtype=dtype)
 
@@ -27,7 +31,7 @@ def zeros(shape, rng, dtype):
 INITIALIZERS = {"xavier": xavier, "he": he, "blog": blog, "zeros": zeros}
 
 
-def initialize(init, shape, rng, dtype):
+def initialize(init: str | np.ndarray, shape: Shape, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:
     """Return a new array of ``shape`` from an initializer name, or a copy of a given array."""
     if isinstance(init, np.ndarray):
         if init.shape != tuple(shape):

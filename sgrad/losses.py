@@ -11,6 +11,7 @@ no averaging of their own):
 """
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +19,9 @@ from . import _validation
 from .nonlinearities import sigmoid
 
 REDUCTIONS = ("mean", "sum", "none")
-# What every loss returns: the value (a float; one per example for reduction="none") and dL/d(its input).
-LossResult = tuple[float | np.ndarray, np.ndarray]
+# What every loss returns: the value (a float, or an array of one per example for reduction="none")
+# and dL/d(its input).
+LossResult = tuple[Any, np.ndarray]
 
 
 def mse(prediction: np.ndarray, target: np.ndarray, reduction: str = "mean") -> LossResult:

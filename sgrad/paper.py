@@ -24,6 +24,8 @@ import os
 import pathlib
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -72,7 +74,7 @@ class PaperConfig:
     dtype: str = "float32"
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _validation.check_positive_int(self.depth, "depth", minimum=2)
         _validation.check_positive_int(self.hidden, "hidden")
         _validation.check_positive_int(self.iterations, "iterations")
@@ -89,7 +91,7 @@ class PaperConfig:
         object.__setattr__(self, "generator_hidden", tuple(int(w) for w in self.generator_hidden))
 
 
-def build_network(method, input_dim, config):
+def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]:
     """Hidden blocks (DNI blocks for the decoupled methods) and a linear top layer with 10 outputs.
 
     The blocks' initial weights depend only on the seed and the widths, never on the method.
@@ -123,7 +125,7 @@ def _generator(method, width, config, rng, dtype):
                         update_rule=config.update_rule, rng=rng, dtype=dtype)
 
 
-def synthetic_loss_step(layers, x, y, alpha):
+def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[float, list[float]]:
     """One step of the synthetic-loss variant; returns ``(loss, generator_losses)``."""
     h = x
     for layer in layers[:-1]:
@@ -138,7 +140,7 @@ def synthetic_loss_step(layers, x, y, alpha):
     return float(per_example.mean()), generator_losses
 
 
-def accuracy(layers, x, labels, batch=2000):
+def accuracy(layers: Sequence[Any], x: np.ndarray, labels: np.ndarray, batch: int = 2000) -> float:
     """Fraction of rows whose largest logit is the label, in evaluation mode (running batch-norm statistics)."""
     _set_mode(layers, training=False)
     try:
@@ -153,7 +155,9 @@ def accuracy(layers, x, labels, batch=2000):
     return correct / len(x)
 
 
-def train_paper(method, data, config=None, *, progress=None, checkpoint=None, checkpoint_every=None):
+def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | None = None, *,
+                progress: Callable[[str], None] | None = None, checkpoint: str | os.PathLike[str] | None = None,
+                checkpoint_every: int | None = None) -> dict[str, Any]:
     """Train ``method`` on ``data = (x_train, y_train, x_test, y_test)``; returns its history.
 
     x arrays: (n, 784) floats; y arrays: integer labels (n,).  The history
@@ -181,8 +185,8 @@ def train_paper(method, data, config=None, *, progress=None, checkpoint=None, ch
     saved = resume_run(checkpoint, layers, run, budget=config.iterations, rng=batch_rng,
                        progress=None if progress is None else lambda line: progress(f"{name} {line}"))
     if saved is None:
-        history = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
-                   "wall_time": 0.0}
+        history: dict[str, Any] = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [],
+                                   "train_loss": [], "wall_time": 0.0}
         iteration, order, position, losses = 0, batch_rng.permutation(len(x_train)), 0, []
     else:
         history, iteration, order = saved.metadata["history"], saved.metadata["step"], saved.extra["order"]
@@ -241,8 +245,10 @@ def train_paper(method, data, config=None, *, progress=None, checkpoint=None, ch
     return history
 
 
-def run_grid(data, *, methods=PAPER_METHODS, depths=(3,), config=None, out_dir=None, progress=None,
-             checkpoint_every=None):
+def run_grid(data: Sequence[np.ndarray], *, methods: Sequence[str] = PAPER_METHODS, depths: Sequence[int] = (3,),
+             config: PaperConfig | None = None, out_dir: str | os.PathLike[str] | None = None,
+             progress: Callable[[str], None] | None = None,
+             checkpoint_every: int | None = None) -> dict[tuple[str, int], dict[str, Any]]:
     """Train every method at every depth; returns ``{(method, depth): history}``.
 
     With ``out_dir``, each finished cell is saved there at once (``cells/<method>-depth<d>.json``,
@@ -285,7 +291,7 @@ def run_grid(data, *, methods=PAPER_METHODS, depths=(3,), config=None, out_dir=N
     return results
 
 
-def results_table(results):
+def results_table(results: Mapping[tuple[str, int], Mapping[str, Any]]) -> str:
     """Markdown: one row per method, one column per depth, the final test accuracy (and wall time)."""
     methods = list(dict.fromkeys(m for m, _ in results))
     depths = sorted({d for _, d in results})
@@ -305,7 +311,8 @@ def results_table(results):
     return "\n".join(rows)
 
 
-def write_grid(results, out_dir, config):
+def write_grid(results: Mapping[tuple[str, int], Mapping[str, Any]], out_dir: str | os.PathLike[str],
+               config: PaperConfig) -> None:
     """Write ``results.md``, ``paper.png`` and ``histories.json`` for a finished grid."""
     from .plotting import plot_paper
 

@@ -1,5 +1,9 @@
 """Figures comparing training methods.  Written with matplotlib's object API (no pyplot state)."""
 
+import os
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
@@ -8,7 +12,8 @@ COLORS = {"backprop": "tab:blue", "no-bprop": "tab:gray", "dni": "tab:orange", "
 LAYER_STYLES = ("-", "--", ":", "-.")
 
 
-def plot_comparison(histories, path=None, *, title=None):
+def plot_comparison(histories: Mapping[str, Mapping[str, Any]], path: str | os.PathLike[str] | None = None, *,
+                    title: str | None = None) -> Figure:
     """A 2x2 figure: training loss, held-out bit accuracy, cos(ĝ_k, g_k) and generator loss per epoch.
 
     histories: ``{method: history}`` as returned by :func:`sgrad.train`.  A
@@ -51,7 +56,7 @@ def plot_comparison(histories, path=None, *, title=None):
 PAPER_COLORS = dict(COLORS, **{"synthetic-loss": "tab:red"})
 
 
-def plot_paper(results, path=None):
+def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str | os.PathLike[str] | None = None) -> Figure:
     """Test accuracy against iterations, one panel per depth, one line per method.
 
     results: ``{(method, depth): history}`` from :func:`sgrad.paper.run_grid`.
