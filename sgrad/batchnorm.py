@@ -12,26 +12,38 @@ from . import _validation
 from .optimizers import get_update_rule
 
 
-def batchnorm_forward(x, gamma, beta, eps):
+def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Training-mode batch norm.  x: (batch, features).  Returns ``(out, x_hat, inv_std, mean, var)``."""
     mean = x.mean(axis=0)
-    centred = x - mean
-    var = (centred * centred).mean(axis=0)
+    x_hat = x - mean  # centred here, normalised in place below: one (batch, features) temporary less
+    var = np.einsum("ij,ij->j", x_hat, x_hat) / len(x)  # column sums of squares, with no squared copy
     inv_std = 1.0 / np.sqrt(var + eps)
-    x_hat = centred * inv_std
-    return x_hat * gamma + beta, x_hat, inv_std, mean, var
+    x_hat *= inv_std
+    out = x_hat * gamma
+    out += beta
+    return out, x_hat, inv_std, mean, var
 
 
-def batchnorm_backward(dout, x_hat, inv_std, gamma):
+def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, gamma: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Backward of :func:`batchnorm_forward`: returns ``(dx, dgamma, dbeta)``.
 
-    Uses the compact form ``dx = inv_std * (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat))``,
-    which accounts for the batch mean and variance depending on every row.
+    With ``dx_hat = dout * gamma``, the compact form
+    ``dx = inv_std * (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat))``
+    accounts for the batch mean and variance depending on every row.  Since
+    ``mean(dx_hat) = gamma * dbeta / batch`` and ``mean(dx_hat * x_hat) = gamma * dgamma / batch``,
+    it is computed as ``gamma * inv_std * (dout - dbeta / batch - x_hat * dgamma / batch)``,
+    in one (batch, features) array.
     """
-    dgamma = (dout * x_hat).sum(axis=0)
+    batch = len(dout)
     dbeta = dout.sum(axis=0)
-    dx_hat = dout * gamma
-    dx = inv_std * (dx_hat - dx_hat.mean(axis=0) - x_hat * (dx_hat * x_hat).mean(axis=0))
+    dx = dout * x_hat
+    dgamma = dx.sum(axis=0)
+    np.multiply(x_hat, dgamma / batch, out=dx)
+    np.subtract(dout, dx, out=dx)
+    dx -= dbeta / batch
+    dx *= gamma * inv_std
     return dx, dgamma, dbeta
 
 
@@ -100,8 +112,8 @@ class BatchNorm:
         self._cache = (x_hat, inv_std, self.training)
         return out
 
-    def backward(self, output_delta):
-        """Backpropagate dL/d(output); stores dL/dgamma and dL/dbeta, returns dL/dx."""
+    def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
+        """Backpropagate dL/d(output); stores dL/dgamma and dL/dbeta, returns dL/dx (None if not ``input_delta``)."""
         if self._cache is None:
             raise ValueError("backward() needs a forward pass first; call forward(x)")
         x_hat, inv_std, training = self._cache
@@ -112,7 +124,7 @@ class BatchNorm:
             dgamma, dbeta = (output_delta * x_hat).sum(axis=0), output_delta.sum(axis=0)
             dx = output_delta * (self.gamma * inv_std)
         self.gradients = {"gamma": dgamma, "beta": dbeta}
-        return dx
+        return dx if input_delta else None
 
     def update(self, alpha):
         """One descent step on gamma and beta with the gradients of the last backward."""

@@ -5,6 +5,7 @@ sit wherever a layer can, including under one DNI (:class:`sgrad.DNIBlock`):
 
 - ``forward(x)`` remembers what ``backward`` needs; ``predict(x)`` has no side effects;
 - ``backward(output_delta)`` stores the ``gradients`` and returns the input delta;
+  ``backward(output_delta, input_delta=False)`` returns None instead, for a module whose input is data;
 - ``update(alpha)`` takes one descent step; ``parameters`` and ``gradients`` are dicts.
 """
 
@@ -38,11 +39,11 @@ class Activation:
         self.output = self.nonlin(x)
         return self.output
 
-    def backward(self, output_delta):
+    def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         if self.output is None:
             raise ValueError("backward() needs a forward pass first; call forward(x)")
         _validation.check_same_shape(output_delta, "output_delta", self.output, "the last output")
-        return output_delta * self.nonlin_deriv(self.output)
+        return output_delta * self.nonlin_deriv(self.output) if input_delta else None
 
     def update(self, alpha):
         """Nothing to learn."""
@@ -103,10 +104,13 @@ class Sequential:
             x = module.forward(x)
         return x
 
-    def backward(self, output_delta):
-        for module in reversed(self.modules):
+    def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
+        """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None."""
+        for module in reversed(self.modules[1:]):
             output_delta = module.backward(output_delta)
-        return output_delta
+        if input_delta:
+            return self.modules[0].backward(output_delta)
+        return self.modules[0].backward(output_delta, input_delta=False)
 
     def update(self, alpha):
         _validation.check_learning_rate(alpha)

@@ -44,7 +44,7 @@ class Generator:
     """A network ``net`` on ``[h, c]`` that predicts ĝ and learns by regression onto its targets.
 
     ``net`` follows the :class:`~sgrad.Layer` convention (forward, predict,
-    backward, update, parameters, gradients).  Subclasses build it.
+    backward, update, parameters, gradients), ``backward(delta, input_delta=False)`` included.  Subclasses build it.
     """
 
     def __init__(self, net, output_dim, condition_dim):
@@ -84,14 +84,14 @@ class Generator:
         self.input = joined
         return self.synthetic_gradient
 
-    def update(self, target, alpha):
+    def update(self, target: np.ndarray, alpha: float) -> float:
         """One descent step on ``L_M`` of the last forward's ĝ against ``target``; returns ``L_M``."""
         if self.synthetic_gradient is None:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
         _validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
         alpha = _validation.check_learning_rate(alpha)
         loss, dprediction = regression_loss(self.synthetic_gradient, target)
-        self.net.backward(dprediction)
+        self.net.backward(dprediction, input_delta=False)  # [h, c] is the generator's data: no delta for it
         self._gradients = dict(self.net.gradients)
         self.net.update(alpha)
         return loss
@@ -202,14 +202,14 @@ class SyntheticLossGenerator(MLPGenerator):
         self.synthetic_gradient = dinput[:, :self.output_dim]
         return self.synthetic_gradient
 
-    def update(self, target, alpha):
+    def update(self, target: np.ndarray, alpha: float) -> float:
         """One descent step of ``1/(2 batch) sum((ℓ̂ - target)**2)``; target: (batch, 1).  Returns that loss."""
         if self.predicted_loss is None:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
         _validation.check_same_shape(target, "target", self.predicted_loss, "the last predicted loss")
         alpha = _validation.check_learning_rate(alpha)
         loss, dloss = regression_loss(self.predicted_loss, target)
-        self.net.backward(dloss * sigmoid(self._z))
+        self.net.backward(dloss * sigmoid(self._z), input_delta=False)
         self._gradients = dict(self.net.gradients)
         self.net.update(alpha)
         return loss

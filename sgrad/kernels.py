@@ -5,7 +5,11 @@ No state, no printing, no checks: the classes in :mod:`sgrad.layers`,
 call these.  Shapes use ``batch`` for the number of examples.
 """
 
+from collections.abc import Callable
+
 import numpy as np
+
+from .nonlinearities import identity_out2deriv
 
 
 def linear_forward(x, weights, bias):
@@ -19,14 +23,16 @@ def linear_forward(x, weights, bias):
     return z
 
 
-def linear_backward(dz, x, weights, with_bias):
+def linear_backward(dz: np.ndarray, x: np.ndarray, weights: np.ndarray, with_bias: bool,
+                    input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
     """Backward pass of :func:`linear_forward`.
 
     dz: (batch, out), the gradient dL/dz.  Returns ``(dx, dweights, dbias)`` with
     shapes (batch, in), (in, out) and (out,) (``dbias`` is None without a bias).
     Gradients are summed over the batch: the loss decides any averaging.
+    ``input_delta=False`` skips dx (returned as None) when nothing below needs it.
     """
-    dx = dz @ weights.T
+    dx = dz @ weights.T if input_delta else None
     dweights = x.T @ dz
     dbias = dz.sum(axis=0) if with_bias else None
     return dx, dweights, dbias
@@ -37,16 +43,20 @@ def dense_forward(x, weights, bias, nonlin):
     return nonlin(linear_forward(x, weights, bias))
 
 
-def dense_backward(dh, x, h, weights, nonlin_deriv, with_bias):
+def dense_backward(dh: np.ndarray, x: np.ndarray, h: np.ndarray, weights: np.ndarray,
+                   nonlin_deriv: Callable[[np.ndarray], np.ndarray], with_bias: bool, input_delta: bool = True
+                   ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None, np.ndarray]:
     """Backward pass of :func:`dense_forward`.
 
     dh: (batch, out), the gradient dL/dh arriving at the layer's output h.
     Returns ``(dx, dweights, dbias, dz)`` where ``dz = dh * nonlin'(z)`` is the
     blog's ``weight_output_delta`` and ``dx = dz @ weights.T`` is computed with
-    the weights as given (the pre-update weights, in a training step).
+    the weights as given (the pre-update weights, in a training step);
+    ``input_delta=False`` skips dx (None), as :func:`linear_backward` does.
     """
-    dz = dh * nonlin_deriv(h)
-    dx, dweights, dbias = linear_backward(dz, x, weights, with_bias)
+    # The identity's derivative is 1: dz is dh itself, without an array of ones to multiply by.
+    dz = dh if nonlin_deriv is identity_out2deriv else dh * nonlin_deriv(h)
+    dx, dweights, dbias = linear_backward(dz, x, weights, with_bias, input_delta)
     return dx, dweights, dbias, dz
 
 

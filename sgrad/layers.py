@@ -97,12 +97,14 @@ class Layer:
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         return kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
 
-    def backward(self, output_delta):
+    def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate ``output_delta = dL/dh`` (batch, output_dim) through the last forward.
 
         Stores ``weight_output_delta`` (dL/dz) and the parameter gradients, and
         returns the input delta dL/d(input): (batch, input_dim).  Nothing is
         averaged here: the loss that produced ``output_delta`` sets the scale.
+        ``input_delta=False`` skips the input delta (a third of the layer's matrix
+        work) and returns None: for a layer whose input is data.
         """
         if self.output is None:
             raise ValueError("backward() needs the output of a forward pass; call forward(input) first")
@@ -110,7 +112,7 @@ class Layer:
             raise ValueError("backward() after update(): the last forward pass used the old weights; "
                              "call forward(input) again first")
         _validation.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
-        return self._backward(output_delta)
+        return self._backward(output_delta, input_delta)
 
     def update(self, alpha=0.1):
         """Take one descent step with the gradients stored by the last ``backward``.
@@ -134,10 +136,11 @@ class Layer:
         self.output = kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
         return self.output
 
-    def _backward(self, output_delta):
-        input_delta, self.weights_grad, self.bias_grad, self.weight_output_delta = kernels.dense_backward(
-            output_delta, self.input, self.output, self.weights, self.nonlin_deriv, self.bias is not None)
-        return input_delta
+    def _backward(self, output_delta, input_delta=True):
+        delta, self.weights_grad, self.bias_grad, self.weight_output_delta = kernels.dense_backward(
+            output_delta, self.input, self.output, self.weights, self.nonlin_deriv, self.bias is not None,
+            input_delta)
+        return delta
 
     def __repr__(self):
         return (f"{type(self).__name__}({self.input_dim}, {self.output_dim}, "

@@ -11,6 +11,7 @@ parameter keeps the state that the rule creates::
 on every step (the blog's ``alpha``), so the owner decides it.
 """
 
+import math
 import numbers
 
 import numpy as np
@@ -68,18 +69,26 @@ class Adam(UpdateRule):
     def init_state(self, param):
         return {"m": np.zeros_like(param), "v": np.zeros_like(param), "t": np.zeros((), dtype=np.int64)}
 
-    def step(self, param, grad, state, lr):
+    def step(self, param: np.ndarray, grad: np.ndarray, state: dict, lr: float) -> None:
         m, v = state["m"], state["v"]
         state["t"] += 1
         t = int(state["t"])
+        # One scratch array of param's shape serves every intermediate: no other temporaries.
+        scratch = np.multiply(grad, 1.0 - self.beta1)
         m *= self.beta1
-        m += (1.0 - self.beta1) * grad
+        m += scratch
+        np.multiply(grad, grad, out=scratch)
+        scratch *= 1.0 - self.beta2
         v *= self.beta2
-        v += (1.0 - self.beta2) * grad * grad
-        # Bias-corrected moments, in the same form as PyTorch's Adam.
-        m_hat = m / (1.0 - self.beta1**t)
-        v_hat = v / (1.0 - self.beta2**t)
-        param -= lr * m_hat / (np.sqrt(v_hat) + self.eps)
+        v += scratch
+        # The bias-corrected step lr * m_hat / (sqrt(v_hat) + eps), with m_hat = m / (1 - beta1**t)
+        # and v_hat = v / (1 - beta2**t), arranged as PyTorch's Adam arranges it.
+        denominator = np.sqrt(v, out=scratch)
+        denominator /= math.sqrt(1.0 - self.beta2**t)
+        denominator += self.eps
+        step = np.divide(m, denominator, out=scratch)
+        step *= lr / (1.0 - self.beta1**t)
+        param -= step
 
 
 UPDATE_RULES = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
