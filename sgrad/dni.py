@@ -172,8 +172,8 @@ class DNIBlock(_Decoupled):
     def predict(self, input):
         return self.block.predict(input)
 
-    def backward(self, output_delta):
-        return self.block.backward(output_delta)
+    def backward(self, output_delta, *, input_delta=True):
+        return self.block.backward(output_delta, input_delta=input_delta)
 
     def update(self, alpha):
         self.block.update(alpha)

@@ -158,9 +158,10 @@ def backprop_step(layers, x, y, loss_fn, alpha, *, trainable=None):
     for layer in layers:
         h = layer.forward(h)
     loss, delta = loss_fn(h, y)
-    for layer in reversed(layers[trainable:]):
-        delta = layer.backward(delta)
-        layer.update(alpha)
+    for k in range(len(layers) - 1, trainable - 1, -1):
+        # The lowest learning layer's input delta would go nowhere: skip its matrix product.
+        delta = layers[k].backward(delta, input_delta=k > trainable)
+        layers[k].update(alpha)
     return loss
 
 
