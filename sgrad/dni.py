@@ -26,12 +26,14 @@ class _Decoupled:
     ``input_dim``, ``update(alpha)``, and ``_module_forward`` / ``_module_backward``.
     """
 
-    def forward_and_synthetic_update(self, input, condition=None):
+    def forward_and_synthetic_update(self, input, condition=None, *, input_delta=True):
         """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
 
         input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
         else None.  ``input_delta`` is ĝ backpropagated through this layer with
         its pre-update weights: the bootstrapped target for the layer below.
+        ``input_delta=False`` skips it (returns None) for a bottom layer, whose
+        input is data and has no generator to train.
         """
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         # The condition is checked before anything runs, so a bad one changes nothing.
@@ -39,9 +41,9 @@ class _Decoupled:
         _validation.check_batch_rows(self, input.shape[0])
         output = self._module_forward(input)
         self.synthetic_gradient = self.generator.forward(output, condition)
-        input_delta = self._module_backward(self.synthetic_gradient)
+        delta = self._module_backward(self.synthetic_gradient, input_delta)
         self.update(self.alpha)
-        return input_delta, output
+        return delta, output
 
     def update_synthetic_weights(self, target_gradient):
         """One descent step of the generator towards ``target_gradient``; returns its regression loss.
@@ -118,8 +120,8 @@ class DNI(Layer, _Decoupled):
     def _module_forward(self, input):
         return self._forward(input)
 
-    def _module_backward(self, output_delta):
-        return self._backward(output_delta)
+    def _module_backward(self, output_delta, input_delta=True):
+        return self._backward(output_delta, input_delta)
 
     def __repr__(self):
         return f"{super().__repr__()[:-1]}, condition_dim={self.condition_dim})"
@@ -181,8 +183,8 @@ class DNIBlock(_Decoupled):
     def _module_forward(self, input):
         return self.forward(input)
 
-    def _module_backward(self, output_delta):
-        return self.block.backward(output_delta)
+    def _module_backward(self, output_delta, input_delta=True):
+        return self.block.backward(output_delta, input_delta=input_delta)
 
     def __repr__(self):
         return f"DNIBlock({self.block!r}, generator={type(self.generator).__name__})"

@@ -176,8 +176,9 @@ def dni_step(layers, x, y, loss_fn, alpha, *, condition=None, targets=None):
     """
     h = x
     deltas = []
-    for layer in layers[:-1]:
-        delta, h = layer.forward_and_synthetic_update(h, condition)
+    for k, layer in enumerate(layers[:-1]):
+        # The bottom layer's input delta would have no generator to train: skip its matrix product.
+        delta, h = layer.forward_and_synthetic_update(h, condition, input_delta=k > 0)
         deltas.append(delta)
     top = layers[-1]
     loss, g = loss_fn(top.forward(h), y)

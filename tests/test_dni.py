@@ -297,3 +297,18 @@ def test_a_generator_of_the_wrong_width_is_refused():
         DNI(5, 4, "tanh", generator=LinearGenerator(4, condition_dim=2))
     with pytest.raises(TypeError, match="lacks"):
         DNI(5, 4, "tanh", generator=object())
+
+
+@pytest.mark.parametrize("condition_dim", [0, 3])
+def test_skipping_the_input_delta_changes_nothing_else(condition_dim):
+    """A bottom layer's input delta feeds no generator; input_delta=False skips it and returns None."""
+    rng = np.random.default_rng(0)
+    x, c = rng.normal(size=(6, 4)), rng.normal(size=(6, 3)) if condition_dim else None
+    full, lean = (DNI(4, 5, "tanh", alpha=0.05, condition_dim=condition_dim, generator_init="blog", seed=2)
+                  for _ in range(2))
+    delta, out = full.forward_and_synthetic_update(x, c)
+    none, lean_out = lean.forward_and_synthetic_update(x, c, input_delta=False)
+    assert delta.shape == (6, 4) and none is None
+    np.testing.assert_array_equal(lean_out, out)
+    np.testing.assert_array_equal(lean.weights, full.weights)
+    np.testing.assert_array_equal(lean.synthetic_gradient, full.synthetic_gradient)
