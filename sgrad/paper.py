@@ -53,7 +53,12 @@ class PaperConfig:
     generator : 'mlp' (hidden layers ``generator_hidden``, batch-normalised if
         ``generator_batchnorm``) or 'linear'.  Output layers start at zero.
     iterations, batch_size : the budget: steps of ``batch_size`` examples.
-    alpha, generator_alpha : Adam learning rates (``generator_alpha=None``: alpha).
+    alpha, generator_alpha : Adam learning rates of the blocks and of the generators
+        (``generator_alpha=None``: alpha).  The generators' default, 3e-6, is far
+        below the blocks': their targets are gradients of a batch-mean loss, of
+        order 1e-4 per entry, and every Adam step moves each weight by about
+        the learning rate, so at 3e-5 a generator's output jitters by more than
+        the gradient it predicts (measured: see the README's paper-scale section).
     eval_every : test accuracy is measured every this many iterations, and at the end.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights, the generators' and the batch order.
@@ -69,7 +74,7 @@ class PaperConfig:
     batch_size: int = 256
     update_rule: str = "adam"
     alpha: float = 3e-5
-    generator_alpha: float | None = None
+    generator_alpha: float | None = 3e-6
     eval_every: int = 500
     dtype: str = "float32"
     seed: int = 0

@@ -117,7 +117,8 @@ def _real_mnist():
 def test_on_real_mnist_the_methods_keep_the_papers_order():
     """Reduced budget (10,000 training images, 1,000 steps, linear generators; about 15 s).
 
-    Measured at seeds 0 and 1: backprop 96.0%, cdni 94.6%, dni 90.1%, no-bprop 80.8-81.9%.
+    Measured (the subset and the seed both 0, then both 1): backprop 96.07 / 95.83%, cdni 96.42 / 95.81%,
+    dni 89.10 / 89.85%, no-bprop 80.75 / 82.12%.
     """
     from data_gen.mnist import load_mnist, prepare_mnist
 
@@ -126,9 +127,9 @@ def test_on_real_mnist_the_methods_keep_the_papers_order():
                          batch_size=128, seed=0)
     accuracy = {m: train_paper(m, data, config)["test_accuracy"][-1]
                 for m in ("backprop", "no-bprop", "dni", "cdni")}
-    assert accuracy["no-bprop"] <= accuracy["backprop"] - 0.08
-    assert accuracy["dni"] >= accuracy["no-bprop"] + 0.04
-    assert accuracy["cdni"] >= accuracy["backprop"] - 0.03
+    assert accuracy["no-bprop"] <= accuracy["backprop"] - 0.10
+    assert accuracy["dni"] >= accuracy["no-bprop"] + 0.05
+    assert accuracy["cdni"] >= accuracy["backprop"] - 0.01
 
 
 def test_the_paper_command_runs_and_writes_its_files(tmp_path):
