@@ -143,8 +143,7 @@ def build_parser():
     pap.add_argument("--no-generator-batchnorm", action="store_true", help="mlp generator without batch norm")
     pap.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
                      help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
-    pap.add_argument("--generator-lr", type=_positive_float, default=PAPER_DEFAULTS.generator_alpha,
-                     help=f"generators' Adam learning rate (default {PAPER_DEFAULTS.generator_alpha})")
+    pap.add_argument("--generator-lr", type=_positive_float, default=None, help="generators' learning rate (default: --lr)")
     pap.add_argument("--eval-every", type=_int_at_least(1), default=PAPER_DEFAULTS.eval_every,
                      help=f"iterations between test-accuracy measurements (default {PAPER_DEFAULTS.eval_every})")
     pap.add_argument("--train-subset", type=_int_at_least(1), default=None,

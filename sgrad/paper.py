@@ -54,11 +54,7 @@ class PaperConfig:
         ``generator_batchnorm``) or 'linear'.  Output layers start at zero.
     iterations, batch_size : the budget: steps of ``batch_size`` examples.
     alpha, generator_alpha : Adam learning rates of the blocks and of the generators
-        (``generator_alpha=None``: alpha).  The generators' default, 3e-6, is far
-        below the blocks': their targets are gradients of a batch-mean loss, of
-        order 1e-4 per entry, and every Adam step moves each weight by about
-        the learning rate, so at 3e-5 a generator's output jitters by more than
-        the gradient it predicts (measured: see the README's paper-scale section).
+        (``generator_alpha=None``: alpha).
     eval_every : test accuracy is measured every this many iterations, and at the end.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights, the generators' and the batch order.
@@ -74,7 +70,7 @@ class PaperConfig:
     batch_size: int = 256
     update_rule: str = "adam"
     alpha: float = 3e-5
-    generator_alpha: float | None = 3e-6
+    generator_alpha: float | None = None
     eval_every: int = 500
     dtype: str = "float32"
     seed: int = 0
@@ -128,6 +124,20 @@ def _generator(method, width, config, rng, dtype):
         return LinearGenerator(width, condition_dim, update_rule=config.update_rule, rng=rng, dtype=dtype)
     return MLPGenerator(width, condition_dim, hidden=hidden, batchnorm=config.generator_batchnorm,
                         update_rule=config.update_rule, rng=rng, dtype=dtype)
+
+
+def summed_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Softmax cross-entropy summed over the batch, and its gradient: what every paper-scale step descends.
+
+    Summed, not averaged: Adam's step does not change when the loss is scaled,
+    so backprop and the blocks learn the same either way, but the generators
+    then regress onto per-example gradients dℓ_i/dh_i (entries of order 0.01
+    to 1) instead of batch means 256 times smaller.  Against targets that
+    small, each Adam step of size alpha moves a generator's output by more
+    than the target itself, and its fit stalls (the README's paper-scale
+    section has the measurement).
+    """
+    return softmax_cross_entropy(logits, y, reduction="sum")
 
 
 def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[float, list[float]]:
@@ -220,12 +230,14 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
                 x, y = x_train[idx], onehot[y_train[idx]]
                 if method in ("backprop", "no-bprop"):
                     trainable = len(layers) - 1 if method == "no-bprop" else 0
-                    loss = backprop_step(layers, x, y, softmax_cross_entropy, config.alpha, trainable=trainable)
+                    loss = backprop_step(layers, x, y, summed_cross_entropy, config.alpha,
+                                         trainable=trainable) / len(x)
                 elif method == "synthetic-loss":
                     loss, _ = synthetic_loss_step(layers, x, y, config.alpha)
                 else:
-                    loss, _ = dni_step(layers, x, y, softmax_cross_entropy, config.alpha,
+                    loss, _ = dni_step(layers, x, y, summed_cross_entropy, config.alpha,
                                        condition=y if method == "cdni" else None)
+                    loss /= len(x)
                 if not np.isfinite(loss):
                     raise FloatingPointError(f"the loss became {loss}")
                 losses.append(loss)

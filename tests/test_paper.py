@@ -117,8 +117,8 @@ def _real_mnist():
 def test_on_real_mnist_the_methods_keep_the_papers_order():
     """Reduced budget (10,000 training images, 1,000 steps, linear generators; about 15 s).
 
-    Measured (the subset and the seed both 0, then both 1): backprop 96.07 / 95.83%, cdni 96.42 / 95.81%,
-    dni 89.10 / 89.85%, no-bprop 80.75 / 82.12%.
+    Measured (the subset and the seed both 0, then both 1): backprop 95.98 / 95.76%, cdni 96.43 / 96.19%,
+    dni 90.43 / 91.09%, no-bprop 80.75 / 82.12%.
     """
     from data_gen.mnist import load_mnist, prepare_mnist
 
@@ -128,7 +128,7 @@ def test_on_real_mnist_the_methods_keep_the_papers_order():
     accuracy = {m: train_paper(m, data, config)["test_accuracy"][-1]
                 for m in ("backprop", "no-bprop", "dni", "cdni")}
     assert accuracy["no-bprop"] <= accuracy["backprop"] - 0.10
-    assert accuracy["dni"] >= accuracy["no-bprop"] + 0.05
+    assert accuracy["dni"] >= accuracy["no-bprop"] + 0.06
     assert accuracy["cdni"] >= accuracy["backprop"] - 0.01
 
 
