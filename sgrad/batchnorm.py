@@ -100,6 +100,10 @@ class BatchNorm:
         if self.training and x.shape[0] < 2:
             raise ValueError("batch norm in training mode needs a batch of at least 2 rows; "
                              "use eval() for single examples")
+        return self._forward(x)
+
+    def _forward(self, x):
+        """``forward`` without the input checks: for a block that has checked its own input."""
         self.gradients = {}
         if self.training:
             out, x_hat, inv_std, mean, var = batchnorm_forward(x, self.gamma, self.beta, self.eps)
@@ -116,8 +120,12 @@ class BatchNorm:
         """Backpropagate dL/d(output); stores dL/dgamma and dL/dbeta, returns dL/dx (None if not ``input_delta``)."""
         if self._cache is None:
             raise ValueError("backward() needs a forward pass first; call forward(x)")
+        _validation.check_same_shape(output_delta, "output_delta", self._cache[0], "the last output")
+        return self._backward(output_delta, input_delta)
+
+    def _backward(self, output_delta, input_delta=True):
+        """``backward`` without the checks: for a block that has checked its own output delta."""
         x_hat, inv_std, training = self._cache
-        _validation.check_same_shape(output_delta, "output_delta", x_hat, "the last output")
         if training:
             dx, dgamma, dbeta = batchnorm_backward(output_delta, x_hat, inv_std, self.gamma)
         else:  # the running statistics are constants: an elementwise affine map

@@ -36,6 +36,9 @@ class Activation:
 
     def forward(self, x):
         _validation.check_batch(x, "input")
+        return self._forward(x)
+
+    def _forward(self, x):
         self.output = self.nonlin(x)
         return self.output
 
@@ -43,6 +46,9 @@ class Activation:
         if self.output is None:
             raise ValueError("backward() needs a forward pass first; call forward(x)")
         _validation.check_same_shape(output_delta, "output_delta", self.output, "the last output")
+        return self._backward(output_delta, input_delta)
+
+    def _backward(self, output_delta, input_delta=True):
         return output_delta * self.nonlin_deriv(self.output) if input_delta else None
 
     def update(self, alpha):
@@ -73,6 +79,7 @@ class Sequential:
                                  f"gives {before.output_dim}; make each module's input_dim the last one's output_dim")
         self.input_dim = sized[0].input_dim
         self.output_dim = sized[-1].output_dim
+        self._stale = False  # set by update(): the last forward pass used the old parameters
 
     @property
     def parameters(self):
@@ -100,23 +107,42 @@ class Sequential:
     def forward(self, x):
         _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
         _validation.check_batch_rows(self, x.shape[0])  # before any module remembers anything
+        return self._forward(x)
+
+    def _forward(self, x):
+        self._stale = False
+        # The input was checked once, above: sgrad's own modules skip their checks (``_forward``)
+        # on what the module before them made; any other module gets its public forward.
         for module in self.modules:
-            x = module.forward(x)
+            x = getattr(module, "_forward", module.forward)(x)
         return x
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
-        """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None."""
-        for module in reversed(self.modules[1:]):
-            output_delta = module.backward(output_delta)
-        if input_delta:
-            return self.modules[0].backward(output_delta)
-        return self.modules[0].backward(output_delta, input_delta=False)
+        """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None.
+
+        The top module checks ``output_delta`` (its public ``backward``); below it,
+        sgrad's own modules take what the module above made unchecked (``_backward``).
+        """
+        if self._stale:
+            raise ValueError("backward() after update(): the last forward pass used the old weights; "
+                             "call forward(input) again first")
+        top, *below = reversed(self.modules)
+        if not below:
+            return top.backward(output_delta, input_delta=input_delta)
+        output_delta = top.backward(output_delta)
+        for module in below[:-1]:
+            output_delta = getattr(module, "_backward", module.backward)(output_delta)
+        bottom = below[-1]
+        if hasattr(bottom, "_backward"):
+            return bottom._backward(output_delta, input_delta)
+        return bottom.backward(output_delta, input_delta=input_delta)
 
     def update(self, alpha):
         _validation.check_learning_rate(alpha)
         for module in self.modules:
             if module.parameters:
                 module.update(alpha)
+        self._stale = True
 
     def __repr__(self):
         return "Sequential([" + ", ".join(map(repr, self.modules)) + "])"

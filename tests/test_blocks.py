@@ -414,3 +414,19 @@ def test_dni_block_train_and_eval_reach_the_batchnorm_inside():
 def test_generator_of_another_width_raises():
     with pytest.raises(ValueError, match=r"generator.output_dim must equal the layer's output_dim, 5; got 4"):
         DNIBlock(dense_block(IN, OUT, seed=0), LinearGenerator(OUT - 1), 0.1)
+
+
+def test_a_block_refuses_backward_after_update_and_checks_only_its_top_delta():
+    block = dense_block(4, 3, seed=0)
+    x = np.random.default_rng(0).random((5, 4))
+    with pytest.raises(ValueError, match="needs a forward pass first"):
+        block.backward(np.ones((5, 3)))
+    block.forward(x)
+    with pytest.raises(ValueError, match="output_delta"):
+        block.backward(np.ones((5, 2)))  # the top module still checks what comes in
+    block.backward(np.ones((5, 3)))
+    block.update(0.1)
+    with pytest.raises(ValueError, match="after update"):
+        block.backward(np.ones((5, 3)))
+    block.forward(x)
+    assert block.backward(np.ones((5, 3)), input_delta=False) is None
