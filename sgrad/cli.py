@@ -6,6 +6,8 @@
 
 import argparse
 import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
@@ -21,7 +23,7 @@ PAPER_DEFAULTS = PaperConfig()
 class _Parser(argparse.ArgumentParser):
     """Bad arguments end with one readable line on stderr and exit status 2, no usage dump."""
 
-    def error(self, message):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -77,7 +79,7 @@ def _depths(text):
     return widths
 
 
-def build_parser():
+def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sgrad", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     cmp = commands.add_parser(
@@ -162,7 +164,7 @@ def build_parser():
     return parser
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "paper":

@@ -2,8 +2,11 @@
 
 import dataclasses
 import json
+import os
 import pathlib
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -20,8 +23,10 @@ CHECKPOINT_FOLDER = "checkpoints"
 LOG_AXIS_TOP = 1e200
 
 
-def compare(methods=METHODS, *, output_dim=8, num_train=1000, num_test=1000, config=None, out_dir=None,
-            progress=None, checkpoint_every=None, **options):
+def compare(methods: str | Sequence[str] = METHODS, *, output_dim: int = 8, num_train: int = 1000,
+            num_test: int = 1000, config: TrainConfig | None = None, out_dir: str | os.PathLike[str] | None = None,
+            progress: Callable[..., Any] | None = None, checkpoint_every: int | None = None,
+            **options: Any) -> dict[str, dict[str, Any]]:
     """Train each of ``methods`` on the same binary-addition split, from the same weights, on the same batches.
 
     methods : any of ``sgrad.METHODS`` ('backprop', 'no-bprop', 'dni', 'cdni').
@@ -64,7 +69,7 @@ def compare(methods=METHODS, *, output_dim=8, num_train=1000, num_test=1000, con
     return histories
 
 
-def results_table(histories):
+def results_table(histories: dict[str, dict[str, Any]]) -> str:
     """A markdown table of each method's final figures."""
     rows = ["| method | held-out bit acc. | held-out exact sums | train bit acc. | final train loss | wall time |",
             "|---|---:|---:|---:|---:|---:|"]
@@ -78,7 +83,8 @@ def results_table(histories):
     return "\n".join(rows)
 
 
-def write_results(histories, out_dir, *, task, config):
+def write_results(histories: dict[str, dict[str, Any]], out_dir: str | os.PathLike[str], *, task: dict[str, Any],
+                  config: TrainConfig) -> pathlib.Path:
     """Write ``history.json``, ``compare.png`` and ``results.md`` into ``out_dir`` (created if needed)."""
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -133,6 +139,6 @@ def _check_methods(methods):
     return methods
 
 
-def print_progress(line):
+def print_progress(line: str) -> None:
     """Progress lines go to stderr, so stdout holds only the results table."""
     print(line, file=sys.stderr, flush=True)

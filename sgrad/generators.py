@@ -24,6 +24,8 @@ reproduction) and :class:`SyntheticLossGenerator` (predicts a loss, not a gradie
 """
 
 import copy
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +35,7 @@ from .layers import Layer
 from .nonlinearities import sigmoid
 
 
-def regression_loss(prediction, target):
+def regression_loss(prediction: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
     """The generator's loss ``1/(2 batch) * sum((prediction - target)**2)`` and its gradient."""
     diff = prediction - target
     batch = prediction.shape[0]
@@ -56,28 +58,28 @@ class Generator:
         self._gradients = {}
 
     @property
-    def parameters(self):
+    def parameters(self) -> dict[str, np.ndarray]:
         """The trainable arrays by name."""
         return self.net.parameters
 
     @property
-    def gradients(self):
+    def gradients(self) -> dict[str, np.ndarray]:
         """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters`."""
         return self._gradients
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> "Generator":
         if hasattr(self.net, "train"):
             self.net.train(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> "Generator":
         return self.train(False)
 
-    def predict(self, h, condition=None):
+    def predict(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = M(h, c): (batch, output_dim), with no side effects."""
         return self.net.predict(self._joined(h, condition))
 
-    def forward(self, h, condition=None):
+    def forward(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = M(h, c), remembering the input for :meth:`update`."""
         joined = self._joined(h, condition)
         self.synthetic_gradient = self.net.forward(joined)  # a refused batch leaves self.input as it was
@@ -113,8 +115,9 @@ class LinearGenerator(Generator):
     generator has learned something; ``init='blog'`` is the blog's random start.
     """
 
-    def __init__(self, output_dim, condition_dim=0, *, init="zeros", bias=True, update_rule=None,
-                 seed=None, rng=None, dtype=np.float64):
+    def __init__(self, output_dim: int, condition_dim: int = 0, *, init: str = "zeros", bias: bool = True,
+                 update_rule: Any = None, seed: int | None = None, rng: np.random.Generator | None = None,
+                 dtype: Any = np.float64) -> None:
         output_dim = _validation.check_positive_int(output_dim, "output_dim")
         condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
         net = Layer(output_dim + condition_dim, output_dim, "identity", bias=bias, init=init,
@@ -122,31 +125,31 @@ class LinearGenerator(Generator):
         super().__init__(net, output_dim, condition_dim)
 
     @property
-    def weights(self):
+    def weights(self) -> np.ndarray:
         return self.net.weights
 
     @weights.setter
-    def weights(self, value):
+    def weights(self, value: np.ndarray) -> None:
         self.net.weights = value
 
     @property
-    def bias(self):
+    def bias(self) -> np.ndarray | None:
         return self.net.bias
 
     @bias.setter
-    def bias(self, value):
+    def bias(self, value: np.ndarray | None) -> None:
         self.net.bias = value
 
     @property
-    def weights_grad(self):
+    def weights_grad(self) -> np.ndarray | None:
         return self._gradients.get("weights")
 
     @property
-    def bias_grad(self):
+    def bias_grad(self) -> np.ndarray | None:
         return self._gradients.get("bias")
 
     @property
-    def update_rule(self):
+    def update_rule(self) -> Any:
         return self.net.update_rule
 
 
@@ -158,8 +161,10 @@ class MLPGenerator(Generator):
     layer makes ĝ = 0 at the start, as for :class:`LinearGenerator`.
     """
 
-    def __init__(self, output_dim, condition_dim=0, *, hidden=(1024, 1024), batchnorm=True, update_rule=None,
-                 seed=None, rng=None, dtype=np.float64, prediction_dim=None):
+    def __init__(self, output_dim: int, condition_dim: int = 0, *, hidden: Sequence[int] = (1024, 1024),
+                 batchnorm: bool = True, update_rule: Any = None, seed: int | None = None,
+                 rng: np.random.Generator | None = None, dtype: Any = np.float64,
+                 prediction_dim: int | None = None) -> None:
         output_dim = _validation.check_positive_int(output_dim, "output_dim")
         condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
         rng = _validation.make_rng(seed, rng)
@@ -187,12 +192,12 @@ class SyntheticLossGenerator(MLPGenerator):
         self.predicted_loss = None
         self._z = None
 
-    def predict(self, h, condition=None):
+    def predict(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = dL̂/dh for h, with no side effects (one forward and backward of a copy of the net)."""
         probe = copy.deepcopy(self)
         return probe.forward(h, condition)
 
-    def forward(self, h, condition=None):
+    def forward(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         joined = self._joined(h, condition)
         self._z = self.net.forward(joined)  # a refused batch leaves self.input as it was
         self.input = joined

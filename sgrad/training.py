@@ -10,6 +10,8 @@ the binary cross-entropy (or sigmoid outputs for the blog's squared error).
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +38,7 @@ class TrainingDiverged(FloatingPointError):
     ``history`` holds what was recorded up to the step that diverged.
     """
 
-    def __init__(self, message, history):
+    def __init__(self, message: str, history: dict[str, Any]) -> None:
         super().__init__(message)
         self.history = history
 
@@ -78,7 +80,7 @@ class TrainConfig:
     probe_size: int = 256
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.hidden, (tuple, list)) or not self.hidden:
             raise ValueError(f"hidden must be a non-empty sequence of layer widths; got {self.hidden!r}")
         for width in self.hidden:
@@ -125,12 +127,12 @@ def build_network(method, input_dim, output_dim, config=None):
     return layers
 
 
-def predict(layers, x):
+def predict(layers: Sequence[Any], x: np.ndarray) -> np.ndarray:
     """The stack's output for x, computed with no side effects on the layers."""
     return forward_all(layers, x)[-1]
 
 
-def forward_all(layers, x):
+def forward_all(layers: Sequence[Any], x: np.ndarray) -> list[np.ndarray]:
     """``[x, h_1, ..., h_N]``: every layer's output, with no side effects."""
     hs = [x]
     for layer in layers:
@@ -151,7 +153,8 @@ def true_gradients(layers, x, y, loss_fn):
     return grads[::-1]
 
 
-def backprop_step(layers, x, y, loss_fn, alpha, *, trainable=None):
+def backprop_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., Any], alpha: float, *,
+                  trainable: int | None = None) -> float:
     """One step of backprop; only ``layers[trainable:]`` learn (default: all).  Returns the loss."""
     trainable = 0 if trainable is None else trainable
     h = x
@@ -165,7 +168,9 @@ def backprop_step(layers, x, y, loss_fn, alpha, *, trainable=None):
     return loss
 
 
-def dni_step(layers, x, y, loss_fn, alpha, *, condition=None, targets=None):
+def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., Any], alpha: float, *,
+             condition: np.ndarray | None = None,
+             targets: Sequence[np.ndarray] | None = None) -> tuple[float, list[float]]:
     """One decoupled step of a stack whose hidden layers are DNI.
 
     Each hidden layer updates from its own ĝ_k as soon as it has computed h_k.
