@@ -7,9 +7,10 @@ rest of the batch.
 """
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from . import _validation
-from .optimizers import get_update_rule
+from .optimizers import UpdateRule, get_update_rule
 
 
 def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
@@ -55,7 +56,8 @@ class BatchNorm:
     :meth:`train` and :meth:`eval`.
     """
 
-    def __init__(self, features, *, momentum=0.1, eps=1e-5, update_rule=None, dtype=np.float64):
+    def __init__(self, features: int, *, momentum: float = 0.1, eps: float = 1e-5,
+                 update_rule: str | UpdateRule | None = None, dtype: DTypeLike = np.float64) -> None:
         self.input_dim = self.output_dim = _validation.check_positive_int(features, "features")
         self.momentum = _validation.check_number(momentum, "momentum", above=0, at_most=1, example="0.1")
         self.eps = _validation.check_number(eps, "eps", above=0, example="1e-5")
@@ -67,21 +69,21 @@ class BatchNorm:
         self.training = True
         self.update_rule = get_update_rule(update_rule)
         self.update_state = {name: self.update_rule.init_state(p) for name, p in self.parameters.items()}
-        self.gradients = {}
+        self.gradients: dict[str, np.ndarray] = {}
         self._cache = None
 
     @property
-    def parameters(self):
+    def parameters(self) -> dict[str, np.ndarray]:
         return {"gamma": self.gamma, "beta": self.beta}
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> "BatchNorm":
         self.training = bool(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> "BatchNorm":
         return self.train(False)
 
-    def predict(self, x):
+    def predict(self, x: np.ndarray) -> np.ndarray:
         """The output for x in the current mode, with no side effects (running averages untouched)."""
         _validation.check_batch(x, "input", self.input_dim, width_name="features")
         if self.training:
@@ -94,7 +96,7 @@ class BatchNorm:
         x_hat = (x - self.running_mean) * inv_std
         return x_hat * self.gamma + self.beta, x_hat, inv_std
 
-    def forward(self, x):
+    def forward(self, x: np.ndarray) -> np.ndarray:
         """Normalise x: (batch, features); in training mode also update the running averages."""
         _validation.check_batch(x, "input", self.input_dim, width_name="features")
         if self.training and x.shape[0] < 2:
@@ -134,7 +136,7 @@ class BatchNorm:
         self.gradients = {"gamma": dgamma, "beta": dbeta}
         return dx if input_delta else None
 
-    def update(self, alpha):
+    def update(self, alpha: float) -> None:
         """One descent step on gamma and beta with the gradients of the last backward."""
         if not self.gradients:
             raise ValueError("update() needs gradients; call backward(output_delta) after forward(x) first")
@@ -143,5 +145,5 @@ class BatchNorm:
             self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
         self.gradients = {}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"BatchNorm({self.input_dim}, training={self.training})"

@@ -9,14 +9,19 @@ sit wherever a layer can, including under one DNI (:class:`sgrad.DNIBlock`):
 - ``update(alpha)`` takes one descent step; ``parameters`` and ``gradients`` are dicts.
 """
 
-from typing import ClassVar
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import DTypeLike
+
+from data_gen._checks import Seed
 
 from . import _validation
 from .batchnorm import BatchNorm
 from .layers import Layer
 from .nonlinearities import resolve_nonlinearity
+from .optimizers import UpdateRule
 
 
 class Activation:
@@ -26,15 +31,16 @@ class Activation:
     parameters: ClassVar[dict[str, np.ndarray]] = {}
     gradients: ClassVar[dict[str, np.ndarray]] = {}
 
-    def __init__(self, nonlin, nonlin_deriv=None):
+    def __init__(self, nonlin: str | Callable[[np.ndarray], np.ndarray],
+                 nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
         self.output = None
 
-    def predict(self, x):
+    def predict(self, x: np.ndarray) -> np.ndarray:
         _validation.check_batch(x, "input")
         return self.nonlin(x)
 
-    def forward(self, x):
+    def forward(self, x: np.ndarray) -> np.ndarray:
         _validation.check_batch(x, "input")
         return self._forward(x)
 
@@ -51,10 +57,10 @@ class Activation:
     def _backward(self, output_delta, input_delta=True):
         return output_delta * self.nonlin_deriv(self.output) if input_delta else None
 
-    def update(self, alpha):
+    def update(self, alpha: float) -> None:
         """Nothing to learn."""
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Activation({self.nonlin.__name__!r})"
 
 
@@ -64,7 +70,7 @@ class Sequential:
     ``parameters`` and ``gradients`` are keyed ``'<index>.<name>'``, e.g. ``'0.weights'``.
     """
 
-    def __init__(self, modules):
+    def __init__(self, modules: Iterable[Any]) -> None:
         self.modules = list(modules)
         if not self.modules:
             raise ValueError("Sequential needs at least one module")
@@ -82,29 +88,29 @@ class Sequential:
         self._stale = False  # set by update(): the last forward pass used the old parameters
 
     @property
-    def parameters(self):
+    def parameters(self) -> dict[str, np.ndarray]:
         return {f"{i}.{name}": p for i, m in enumerate(self.modules) for name, p in m.parameters.items()}
 
     @property
-    def gradients(self):
+    def gradients(self) -> dict[str, np.ndarray]:
         return {f"{i}.{name}": g for i, m in enumerate(self.modules) for name, g in m.gradients.items()}
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> "Sequential":
         for module in self.modules:
             if hasattr(module, "train"):
                 module.train(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> "Sequential":
         return self.train(False)
 
-    def predict(self, x):
+    def predict(self, x: np.ndarray) -> np.ndarray:
         _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
         for module in self.modules:
             x = module.predict(x)
         return x
 
-    def forward(self, x):
+    def forward(self, x: np.ndarray) -> np.ndarray:
         _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
         _validation.check_batch_rows(self, x.shape[0])  # before any module remembers anything
         return self._forward(x)
@@ -137,19 +143,21 @@ class Sequential:
             return bottom._backward(output_delta, input_delta)
         return bottom.backward(output_delta, input_delta=input_delta)
 
-    def update(self, alpha):
+    def update(self, alpha: float) -> None:
         _validation.check_learning_rate(alpha)
         for module in self.modules:
             if module.parameters:
                 module.update(alpha)
         self._stale = True
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Sequential([" + ", ".join(map(repr, self.modules)) + "])"
 
 
-def dense_block(input_dim, output_dim, nonlin="relu", *, batchnorm=True, init="he", update_rule=None,
-                seed=None, rng=None, dtype=np.float64):
+def dense_block(input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray] = "relu", *,
+                batchnorm: bool = True, init: str | np.ndarray = "he", update_rule: str | UpdateRule | None = None,
+                seed: Seed = None, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64
+                ) -> Sequential:
     """The paper's hidden block: Linear→BatchNorm→nonlinearity (or Linear→nonlinearity without batch norm).
 
     With batch norm the linear map has no bias: the norm's shift beta plays its part.
@@ -157,7 +165,7 @@ def dense_block(input_dim, output_dim, nonlin="relu", *, batchnorm=True, init="h
     rng = _validation.make_rng(seed, rng)
     linear = Layer(input_dim, output_dim, "identity", bias=not batchnorm, init=init, update_rule=update_rule,
                    rng=rng, dtype=dtype)
-    modules = [linear]
+    modules: list[Any] = [linear]
     if batchnorm:
         modules.append(BatchNorm(output_dim, update_rule=update_rule, dtype=dtype))
     modules.append(Activation(nonlin))

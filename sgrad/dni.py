@@ -12,11 +12,18 @@ bootstrapped target for ``M_k``: ``update_synthetic_weights(target)``.  Only
 the top of a stack computes a true gradient from the loss.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
+
+from data_gen._checks import Seed
 
 from . import _validation
 from .generators import LinearGenerator
 from .layers import Layer
+from .optimizers import UpdateRule
 
 
 class _Decoupled:
@@ -26,7 +33,8 @@ class _Decoupled:
     ``input_dim``, ``update(alpha)``, and ``_module_forward`` / ``_module_backward``.
     """
 
-    def forward_and_synthetic_update(self, input, condition=None, *, input_delta=True):
+    def forward_and_synthetic_update(self: Any, input: np.ndarray, condition: np.ndarray | None = None, *,
+                                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
         """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
 
         input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
@@ -45,7 +53,7 @@ class _Decoupled:
         self.update(self.alpha)
         return delta, output
 
-    def update_synthetic_weights(self, target_gradient):
+    def update_synthetic_weights(self: Any, target_gradient: np.ndarray) -> float:
         """One descent step of the generator towards ``target_gradient``; returns its regression loss.
 
         target_gradient: (batch, output_dim), what the layer above returned (or
@@ -88,9 +96,12 @@ class DNI(Layer, _Decoupled):
     generator : the synthetic-gradient model M
     """
 
-    def __init__(self, input_dim, output_dim, nonlin, nonlin_deriv=None, alpha=0.1, *, condition_dim=0,
-                 generator=None, generator_alpha=None, generator_init="zeros", generator_update_rule=None,
-                 bias=True, init="xavier", update_rule=None, seed=None, rng=None, dtype=np.float64):
+    def __init__(self, input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray],
+                 nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None, alpha: float = 0.1, *,
+                 condition_dim: int = 0, generator: Any = None, generator_alpha: float | None = None,
+                 generator_init: str = "zeros", generator_update_rule: str | UpdateRule | None = None,
+                 bias: bool = True, init: str | np.ndarray = "xavier", update_rule: str | UpdateRule | None = None,
+                 seed: Seed = None, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64) -> None:
         rng = _validation.make_rng(seed, rng)
         super().__init__(input_dim, output_dim, nonlin, nonlin_deriv, bias=bias, init=init,
                          update_rule=update_rule, rng=rng, dtype=dtype)
@@ -108,7 +119,7 @@ class DNI(Layer, _Decoupled):
         self.generator = generator
         self.synthetic_gradient = None
 
-    def normal_update(self, true_gradient):
+    def normal_update(self, true_gradient: np.ndarray) -> np.ndarray | None:
         """The blog's top-layer step: backprop ``true_gradient`` (dL/dh), descend, return the input delta.
 
         The returned delta uses the pre-update weights.
@@ -123,7 +134,7 @@ class DNI(Layer, _Decoupled):
     def _module_backward(self, output_delta, input_delta=True):
         return self._backward(output_delta, input_delta)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{super().__repr__()[:-1]}, condition_dim={self.condition_dim})"
 
 
@@ -136,7 +147,7 @@ class DNIBlock(_Decoupled):
     trains the generator.  ``forward`` and ``predict`` only run the block.
     """
 
-    def __init__(self, block, generator, alpha=0.1, *, generator_alpha=None):
+    def __init__(self, block: Any, generator: Any, alpha: float = 0.1, *, generator_alpha: float | None = None) -> None:
         _validation.check_module(block, "block", sized=True)
         _check_generator(generator, block.output_dim, getattr(generator, "condition_dim", 0))
         self.block = block
@@ -148,36 +159,36 @@ class DNIBlock(_Decoupled):
         self.generator_alpha = (self.alpha if generator_alpha is None
                                 else _validation.check_learning_rate(generator_alpha, "generator_alpha"))
         self.synthetic_gradient = None
-        self.output = None
+        self.output: np.ndarray | None = None
 
     @property
-    def parameters(self):
+    def parameters(self) -> dict[str, np.ndarray]:
         return self.block.parameters
 
     @property
-    def gradients(self):
+    def gradients(self) -> dict[str, np.ndarray]:
         return self.block.gradients
 
-    def train(self, mode=True):
+    def train(self, mode: bool = True) -> "DNIBlock":
         for part in (self.block, self.generator):
             if hasattr(part, "train"):
                 part.train(mode)
         return self
 
-    def eval(self):
+    def eval(self) -> "DNIBlock":
         return self.train(False)
 
-    def forward(self, input):
+    def forward(self, input: np.ndarray) -> np.ndarray:
         self.output = self.block.forward(input)
         return self.output
 
-    def predict(self, input):
+    def predict(self, input: np.ndarray) -> np.ndarray:
         return self.block.predict(input)
 
-    def backward(self, output_delta, *, input_delta=True):
+    def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         return self.block.backward(output_delta, input_delta=input_delta)
 
-    def update(self, alpha):
+    def update(self, alpha: float) -> None:
         self.block.update(alpha)
 
     def _module_forward(self, input):
@@ -186,7 +197,7 @@ class DNIBlock(_Decoupled):
     def _module_backward(self, output_delta, input_delta=True):
         return self.block.backward(output_delta, input_delta=input_delta)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"DNIBlock({self.block!r}, generator={type(self.generator).__name__})"
 
 

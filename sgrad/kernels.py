@@ -12,7 +12,7 @@ import numpy as np
 from .nonlinearities import identity_out2deriv
 
 
-def linear_forward(x, weights, bias):
+def linear_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """Affine map ``z = x @ weights + bias``.
 
     x: (batch, in); weights: (in, out); bias: (out,) or None.  Returns z: (batch, out).
@@ -38,7 +38,8 @@ def linear_backward(dz: np.ndarray, x: np.ndarray, weights: np.ndarray, with_bia
     return dx, dweights, dbias
 
 
-def dense_forward(x, weights, bias, nonlin):
+def dense_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None,
+                  nonlin: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """A blog-style layer: ``h = nonlin(x @ weights + bias)``.  Returns h: (batch, out)."""
     return nonlin(linear_forward(x, weights, bias))
 
@@ -60,7 +61,7 @@ def dense_backward(dh: np.ndarray, x: np.ndarray, h: np.ndarray, weights: np.nda
     return dx, dweights, dbias, dz
 
 
-def cosine_similarity(a, b):
+def cosine_similarity(a: np.ndarray, b: np.ndarray) -> float:
     """Cosine of the angle between two arrays, flattened; 0.0 if either is all zeros."""
     a = a.ravel()
     b = b.ravel()

@@ -1,11 +1,17 @@
 """The blog's ``Layer``: a dense layer with a hand-written forward and backward pass."""
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from numpy.typing import DTypeLike
+
+from data_gen._checks import Seed
 
 from . import _validation, kernels
 from .initializers import initialize
 from .nonlinearities import resolve_nonlinearity
-from .optimizers import get_update_rule
+from .optimizers import UpdateRule, get_update_rule
 
 
 class Layer:
@@ -46,8 +52,10 @@ class Layer:
     weights_grad, bias_grad : dL/dweights and dL/dbias from the last backward
     """
 
-    def __init__(self, input_dim, output_dim, nonlin, nonlin_deriv=None, *, bias=True, init="xavier",
-                 update_rule=None, seed=None, rng=None, dtype=np.float64):
+    def __init__(self, input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray],
+                 nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None, *, bias: bool = True,
+                 init: str | np.ndarray = "xavier", update_rule: str | UpdateRule | None = None, seed: Seed = None,
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64) -> None:
         self.input_dim = _validation.check_positive_int(input_dim, "input_dim")
         self.output_dim = _validation.check_positive_int(output_dim, "output_dim")
         self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
@@ -67,7 +75,7 @@ class Layer:
         self.bias_grad = None
 
     @property
-    def parameters(self):
+    def parameters(self) -> dict[str, np.ndarray]:
         """The trainable arrays by name: ``{'weights': ..., 'bias': ...}`` (no bias if disabled)."""
         params = {"weights": self.weights}
         if self.bias is not None:
@@ -75,14 +83,14 @@ class Layer:
         return params
 
     @property
-    def gradients(self):
+    def gradients(self) -> dict[str, Any]:
         """dL/d(parameter) from the last ``backward``, keyed as :attr:`parameters`."""
         grads = {"weights": self.weights_grad}
         if self.bias is not None:
             grads["bias"] = self.bias_grad
         return grads
 
-    def forward(self, input):
+    def forward(self, input: np.ndarray) -> np.ndarray:
         """Compute and remember ``h = nonlin(input @ weights + bias)``.
 
         input: (batch, input_dim) float array.  Returns output h: (batch, output_dim).
@@ -92,7 +100,7 @@ class Layer:
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         return self._forward(input)
 
-    def predict(self, input):
+    def predict(self, input: np.ndarray) -> np.ndarray:
         """The output for ``input`` with no side effects: nothing is remembered for ``backward``."""
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         return kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
@@ -114,7 +122,7 @@ class Layer:
         _validation.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
         return self._backward(output_delta, input_delta)
 
-    def update(self, alpha=0.1):
+    def update(self, alpha: float = 0.1) -> None:
         """Take one descent step with the gradients stored by the last ``backward``.
 
         ``alpha`` is the learning rate handed to the layer's update rule.
@@ -142,6 +150,6 @@ class Layer:
             input_delta)
         return delta
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.input_dim}, {self.output_dim}, "
                 f"nonlin={self.nonlin.__name__}, bias={self.bias is not None})")

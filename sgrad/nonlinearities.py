@@ -8,47 +8,49 @@ All functions are elementwise, keep the input's shape and dtype, and never
 warn or overflow for large ``|z|``.
 """
 
+from collections.abc import Callable
+
 import numpy as np
 
 
-def sigmoid(z):
+def sigmoid(z: np.ndarray) -> np.ndarray:
     """Logistic function ``1 / (1 + exp(-z))``, without overflow for any ``z``."""
     # exp(-|z|) is at most 1, so neither branch can overflow.
     e = np.exp(-np.abs(z))
     return np.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
-def sigmoid_out2deriv(out):
+def sigmoid_out2deriv(out: np.ndarray) -> np.ndarray:
     """Derivative of ``sigmoid`` given its output ``s``: ``s * (1 - s)``."""
     return out * (1.0 - out)
 
 
-def tanh(z):
+def tanh(z: np.ndarray) -> np.ndarray:
     """Hyperbolic tangent."""
     return np.tanh(z)
 
 
-def tanh_out2deriv(out):
+def tanh_out2deriv(out: np.ndarray) -> np.ndarray:
     """Derivative of ``tanh`` given its output ``t``: ``1 - t**2``."""
     return 1.0 - out * out
 
 
-def relu(z):
+def relu(z: np.ndarray) -> np.ndarray:
     """Rectified linear unit ``max(z, 0)``."""
     return np.maximum(z, 0)
 
 
-def relu_out2deriv(out):
+def relu_out2deriv(out: np.ndarray) -> np.ndarray:
     """Derivative of ``relu`` given its output: 1 where the output is positive, else 0."""
     return (out > 0).astype(out.dtype)
 
 
-def identity(z):
+def identity(z: np.ndarray) -> np.ndarray:
     """The identity, for linear layers (e.g. a top layer that outputs logits)."""
     return z
 
 
-def identity_out2deriv(out):
+def identity_out2deriv(out: np.ndarray) -> np.ndarray:
     """Derivative of ``identity``: ones of the output's shape."""
     return np.ones_like(out)
 
@@ -61,7 +63,7 @@ NONLINEARITIES = {
 }
 
 
-def get_nonlinearity(name):
+def get_nonlinearity(name: str) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
     """Return the ``(nonlin, nonlin_out2deriv)`` pair registered under ``name``."""
     if not isinstance(name, str):
         raise TypeError(
@@ -77,7 +79,9 @@ def get_nonlinearity(name):
         ) from None
 
 
-def resolve_nonlinearity(nonlin, nonlin_deriv):
+def resolve_nonlinearity(nonlin: str | Callable[[np.ndarray], np.ndarray],
+                         nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None
+                         ) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]:
     """Turn the ``nonlin, nonlin_deriv`` arguments of a layer into a pair of functions.
 
     ``nonlin`` is a name from :data:`NONLINEARITIES` (then ``nonlin_deriv`` must

@@ -20,15 +20,15 @@ import numpy as np
 class UpdateRule:
     """Interface of an update rule.  Subclasses implement ``init_state`` and ``step``."""
 
-    def init_state(self, param):
+    def init_state(self, param: np.ndarray) -> dict[str, np.ndarray]:
         """Return the state this rule needs for ``param`` (a dict of arrays)."""
         return {}
 
-    def step(self, param, grad, state, lr):
+    def step(self, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray], lr: float) -> None:
         """Take one descent step on ``param`` (in place) with gradient ``grad`` of its shape."""
         raise NotImplementedError
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
 
@@ -36,20 +36,20 @@ class UpdateRule:
 class SGD(UpdateRule):
     """Plain gradient descent, the blog's rule: ``param -= lr * grad``."""
 
-    def step(self, param, grad, state, lr):
+    def step(self, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray], lr: float) -> None:
         param -= lr * grad
 
 
 class Momentum(UpdateRule):
     """Heavy-ball momentum: ``v = momentum * v - lr * grad; param += v``."""
 
-    def __init__(self, momentum=0.9):
+    def __init__(self, momentum: float = 0.9) -> None:
         self.momentum = _check_fraction(momentum, "momentum")
 
-    def init_state(self, param):
+    def init_state(self, param: np.ndarray) -> dict[str, np.ndarray]:
         return {"velocity": np.zeros_like(param)}
 
-    def step(self, param, grad, state, lr):
+    def step(self, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray], lr: float) -> None:
         velocity = state["velocity"]
         velocity *= self.momentum
         velocity -= lr * grad
@@ -66,7 +66,7 @@ class Adam(UpdateRule):
             raise ValueError(f"eps must be a finite number > 0, e.g. 1e-8; got {eps!r}")
         self.eps = float(eps)
 
-    def init_state(self, param):
+    def init_state(self, param: np.ndarray) -> dict[str, np.ndarray]:
         return {"m": np.zeros_like(param), "v": np.zeros_like(param), "t": np.zeros((), dtype=np.int64)}
 
     def step(self, param: np.ndarray, grad: np.ndarray, state: dict, lr: float) -> None:
@@ -94,7 +94,7 @@ class Adam(UpdateRule):
 UPDATE_RULES = {"sgd": SGD, "momentum": Momentum, "adam": Adam}
 
 
-def get_update_rule(rule):
+def get_update_rule(rule: str | UpdateRule | None) -> UpdateRule:
     """Return an :class:`UpdateRule` from a name ('sgd', 'momentum', 'adam'), an instance, or None (SGD)."""
     if rule is None:
         return SGD()
