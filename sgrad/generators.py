@@ -49,7 +49,11 @@ class Generator:
     backward, update, parameters, gradients), ``backward(delta, input_delta=False)`` included.  Subclasses build it.
     """
 
-    def __init__(self, net, output_dim, condition_dim):
+    input: np.ndarray | None
+    synthetic_gradient: np.ndarray | None
+    _gradients: dict[str, np.ndarray]
+
+    def __init__(self, net: Any, output_dim: int, condition_dim: int) -> None:
         self.net = net
         self.output_dim = output_dim
         self.condition_dim = condition_dim
@@ -187,7 +191,10 @@ class SyntheticLossGenerator(MLPGenerator):
     of shape (batch, 1).  ``hidden=()`` gives a linear model.
     """
 
-    def __init__(self, output_dim, condition_dim=0, **options):
+    predicted_loss: np.ndarray | None
+    _z: np.ndarray | None
+
+    def __init__(self, output_dim: int, condition_dim: int = 0, **options: Any) -> None:
         super().__init__(output_dim, condition_dim, prediction_dim=1, **options)
         self.predicted_loss = None
         self._z = None
@@ -209,7 +216,7 @@ class SyntheticLossGenerator(MLPGenerator):
 
     def update(self, target: np.ndarray, alpha: float) -> float:
         """One descent step of ``1/(2 batch) sum((ℓ̂ - target)**2)``; target: (batch, 1).  Returns that loss."""
-        if self.predicted_loss is None:
+        if self.predicted_loss is None or self._z is None:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
         _validation.check_same_shape(target, "target", self.predicted_loss, "the last predicted loss")
         alpha = _validation.check_learning_rate(alpha)

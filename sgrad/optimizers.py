@@ -59,12 +59,13 @@ class Momentum(UpdateRule):
 class Adam(UpdateRule):
     """Adam (Kingma & Ba, 2015) with bias-corrected first and second moments."""
 
-    def __init__(self, beta1=0.9, beta2=0.999, eps=1e-8):
+    def __init__(self, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
         self.beta1 = _check_fraction(beta1, "beta1")
         self.beta2 = _check_fraction(beta2, "beta2")
-        if isinstance(eps, bool) or not isinstance(eps, numbers.Real) or not 0 < eps < np.inf:
+        value: object = eps  # checked as whatever the caller passed, not as the annotation promises
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < np.inf:
             raise ValueError(f"eps must be a finite number > 0, e.g. 1e-8; got {eps!r}")
-        self.eps = float(eps)
+        self.eps = float(value)
 
     def init_state(self, param: np.ndarray) -> dict[str, np.ndarray]:
         return {"m": np.zeros_like(param), "v": np.zeros_like(param), "t": np.zeros((), dtype=np.int64)}

@@ -101,9 +101,9 @@ def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]
     dtype = np.dtype(config.dtype)
     block_seeds, generator_seeds = (seq.spawn(config.depth) for seq in np.random.SeedSequence(config.seed).spawn(2))
     widths = (input_dim,) + (config.hidden,) * (config.depth - 1)
-    layers = []
+    layers: list[Any] = []
     for k, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
-        block = dense_block(fan_in, fan_out, "relu", batchnorm=config.batchnorm, update_rule=config.update_rule,
+        block: Any = dense_block(fan_in, fan_out, "relu", batchnorm=config.batchnorm, update_rule=config.update_rule,
                             seed=block_seeds[k], dtype=dtype)
         if method in ("dni", "cdni", "synthetic-loss"):
             generator = _generator(method, fan_out, config, np.random.default_rng(generator_seeds[k]), dtype)

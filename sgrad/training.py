@@ -9,6 +9,7 @@ the binary cross-entropy (or sigmoid outputs for the blog's squared error).
 """
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -100,7 +101,7 @@ class TrainConfig:
         _check_choice(self.generator_init, "generator_init", ("zeros", "blog"))
 
 
-def build_network(method, input_dim, output_dim, config=None):
+def build_network(method: str, input_dim: int, output_dim: int, config: TrainConfig | None = None) -> list[Any]:
     """The stack for ``method``: hidden layers (DNI for 'dni' and 'cdni') and a linear top layer.
 
     The initial weights depend only on ``config.seed`` and the widths, never on
@@ -112,7 +113,7 @@ def build_network(method, input_dim, output_dim, config=None):
     layer_seeds = np.random.SeedSequence(config.seed).spawn(2)[0].spawn(len(dims) - 1)
     condition_dim = output_dim if method == "cdni" else 0
     _, top_nonlin, _ = TASK_LOSSES[config.loss]
-    layers = []
+    layers: list[Any] = []
     for k, (fan_in, fan_out) in enumerate(zip(dims[:-2], dims[1:-1])):
         rng = np.random.default_rng(layer_seeds[k])
         if method in ("dni", "cdni"):
@@ -140,7 +141,7 @@ def forward_all(layers: Sequence[Any], x: np.ndarray) -> list[np.ndarray]:
     return hs
 
 
-def true_gradients(layers, x, y, loss_fn):
+def true_gradients(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., Any]) -> list[Any]:
     """``[g_1, ..., g_{N-1}]``, the true dL/dh_k at every hidden layer, with no side effects."""
     hs = forward_all(layers, x)
     _, g = loss_fn(hs[-1], y)
@@ -196,7 +197,9 @@ def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Calla
     return loss, generator_losses
 
 
-def train(method, data, config=None, *, progress=None, checkpoint=None, checkpoint_every=None):
+def train(method: str, data: Sequence[np.ndarray], config: TrainConfig | None = None, *,
+          progress: Callable[..., Any] | None = None, checkpoint: str | os.PathLike[str] | None = None,
+          checkpoint_every: int | None = None) -> dict[str, Any]:
     """Train ``method`` on ``data = (x_train, y_train, x_test, y_test)`` and return its history.
 
     The history is a dict of plain lists and numbers (JSON-ready):
@@ -247,6 +250,7 @@ def train(method, data, config=None, *, progress=None, checkpoint=None, checkpoi
     saved = resume_run(checkpoint, layers, run, budget=total, rng=batch_rng,
                        progress=None if progress is None else lambda line: progress(f"[{method}] {line}"))
     if saved is None:
+        order: Any
         step, order, history = 0, None, _new_history(method, n_hidden if decoupled else 0)
     else:
         step, order, history = saved.metadata["step"], saved.extra["order"], saved.metadata["history"]
