@@ -132,16 +132,15 @@ class Sequential:
         if self._stale:
             raise ValueError("backward() after update(): the last forward pass used the old weights; "
                              "call forward(input) again first")
-        top, *below = reversed(self.modules)
-        if not below:
-            return top.backward(output_delta, input_delta=input_delta)
-        output_delta = top.backward(output_delta)
-        for module in below[:-1]:
-            output_delta = getattr(module, "_backward", module.backward)(output_delta)
-        bottom = below[-1]
-        if hasattr(bottom, "_backward"):
-            return bottom._backward(output_delta, input_delta)
-        return bottom.backward(output_delta, input_delta=input_delta)
+        for k, module in enumerate(reversed(self.modules)):
+            wanted = input_delta or k < len(self.modules) - 1  # only the bottom module may skip its delta
+            if k > 0 and hasattr(module, "_backward"):
+                output_delta = module._backward(output_delta, wanted)
+            elif wanted:
+                output_delta = module.backward(output_delta)
+            else:
+                output_delta = module.backward(output_delta, input_delta=False)
+        return output_delta
 
     def update(self, alpha: float) -> None:
         _validation.check_learning_rate(alpha)

@@ -192,7 +192,9 @@ class DNIBlock(_Decoupled):
         self.block.update(alpha)
 
     def _module_forward(self, input):
-        return self.forward(input)
+        # forward_and_synthetic_update has checked the input: run the block without checking it again.
+        self.output = getattr(self.block, "_forward", self.block.forward)(input)
+        return self.output
 
     def _module_backward(self, output_delta, input_delta=True):
         return self.block.backward(output_delta, input_delta=input_delta)
