@@ -13,11 +13,14 @@ import numpy as np
 from data_gen._checks import Seed, check_positive_int, make_rng
 
 __all__ = ["Seed", "check_batch", "check_batch_rows", "check_condition", "check_float_dtype", "check_learning_rate",
-           "check_module", "check_number", "check_positive_int", "check_same_shape", "check_widths", "make_rng"]
+           "check_module", "check_number", "check_positive_int", "check_same_shape", "check_widths", "forward_made_here",
+           "make_rng"]
 
 
 def check_learning_rate(value: Any, name: str = "alpha") -> float:
     """Return ``value`` as a float if it is a finite number > 0."""
+    if type(value) is float and 0.0 < value < np.inf:  # the usual case, a float in range: no slower checks
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} (a learning rate) must be a number such as 0.01; got {type(value).__name__}")
     value = float(value)
@@ -100,6 +103,20 @@ def check_batch_rows(module: Any, rows: int, name: str = "input") -> None:
         pending.extend(getattr(part, "modules", ()))
         pending.extend(child for child in (getattr(part, attr, None) for attr in ("net", "block", "generator"))
                        if child is not None)
+
+
+def forward_made_here(module: Any, x: np.ndarray) -> np.ndarray:
+    """``module.forward(x)`` for an x that sgrad has just made and checked: its own modules skip re-checking it.
+
+    sgrad's modules have an unchecked ``_forward``; any other module gets its
+    public ``forward``.  Only the width is compared here, so a module that does
+    not fit still gets the public forward's message.  Refusing one-row batches
+    for batch norm is the caller's part (:func:`check_batch_rows`).
+    """
+    inner = getattr(module, "_forward", None)
+    if inner is None or x.shape[1] != getattr(module, "input_dim", None):
+        return module.forward(x)
+    return inner(x)
 
 
 def check_batch(array: Any, name: str, width: int | None = None, *, width_name: str = "features") -> np.ndarray:

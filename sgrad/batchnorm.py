@@ -10,23 +10,30 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from . import _validation
+from .kernels import column_sums
 from .optimizers import UpdateRule, get_update_rule
 
 
 def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Training-mode batch norm.  x: (batch, features).  Returns ``(out, x_hat, inv_std, mean, var)``."""
-    mean = x.mean(axis=0)
-    x_hat = x - mean  # centred here, normalised in place below: one (batch, features) temporary less
-    var = np.einsum("ij,ij->j", x_hat, x_hat) / len(x)  # column sums of squares, with no squared copy
+    """Training-mode batch norm.  x: (batch, features).  Returns ``(out, centred, inv_std, mean, var)``.
+
+    ``out = x_hat * gamma + beta`` with ``x_hat = centred * inv_std``, ``centred = x - mean``
+    and ``inv_std = 1 / sqrt(var + eps)``.  x_hat itself is never stored: ``out``
+    is computed from ``centred`` in one product, and the backward pass takes
+    ``centred`` and ``inv_std`` (one pass over the batch less each way).
+    """
+    batch = x.shape[0]
+    mean = column_sums(x) / batch
+    centred = x - mean
+    var = np.einsum("ij,ij->j", centred, centred) / batch  # column sums of squares, with no squared copy
     inv_std = 1.0 / np.sqrt(var + eps)
-    x_hat *= inv_std
-    out = x_hat * gamma
+    out = centred * (gamma * inv_std)
     out += beta
-    return out, x_hat, inv_std, mean, var
+    return out, centred, inv_std, mean, var
 
 
-def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, gamma: np.ndarray
+def batchnorm_backward(dout: np.ndarray, centred: np.ndarray, inv_std: np.ndarray, gamma: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Backward of :func:`batchnorm_forward`: returns ``(dx, dgamma, dbeta)``.
 
@@ -34,14 +41,13 @@ def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray,
     ``dx = inv_std * (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat))``
     accounts for the batch mean and variance depending on every row.  Since
     ``mean(dx_hat) = gamma * dbeta / batch`` and ``mean(dx_hat * x_hat) = gamma * dgamma / batch``,
-    it is computed as ``gamma * inv_std * (dout - dbeta / batch - x_hat * dgamma / batch)``,
+    it is computed as ``gamma * inv_std * (dout - dbeta / batch - centred * (inv_std * dgamma / batch))``,
     in one (batch, features) array.
     """
-    batch = len(dout)
-    dbeta = dout.sum(axis=0)
-    dx = dout * x_hat
-    dgamma = dx.sum(axis=0)
-    np.multiply(x_hat, dgamma / batch, out=dx)
+    batch = dout.shape[0]
+    dbeta = column_sums(dout)
+    dgamma = np.einsum("ij,ij->j", dout, centred) * inv_std  # sum(dout * x_hat), with no product array
+    dx = centred * (inv_std * (dgamma / batch))
     np.subtract(dout, dx, out=dx)
     dx -= dbeta / batch
     dx *= gamma * inv_std
@@ -91,10 +97,12 @@ class BatchNorm:
         return self._evaluate(x)[0]
 
     def _evaluate(self, x):
-        """Evaluation mode: ``(out, x_hat, inv_std)`` with the running statistics."""
+        """Evaluation mode: ``(out, centred, inv_std)`` with the running statistics."""
         inv_std = 1.0 / np.sqrt(self.running_var + self.eps)
-        x_hat = (x - self.running_mean) * inv_std
-        return x_hat * self.gamma + self.beta, x_hat, inv_std
+        centred = x - self.running_mean
+        out = centred * (self.gamma * inv_std)
+        out += self.beta
+        return out, centred, inv_std
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Normalise x: (batch, features); in training mode also update the running averages."""
@@ -108,14 +116,14 @@ class BatchNorm:
         """``forward`` without the input checks: for a block that has checked its own input."""
         self.gradients = {}
         if self.training:
-            out, x_hat, inv_std, mean, var = batchnorm_forward(x, self.gamma, self.beta, self.eps)
+            out, centred, inv_std, mean, var = batchnorm_forward(x, self.gamma, self.beta, self.eps)
             batch = x.shape[0]
             # Running variance is unbiased, as in PyTorch.
             self.running_mean += self.momentum * (mean - self.running_mean)
             self.running_var += self.momentum * (var * batch / (batch - 1) - self.running_var)
         else:
-            out, x_hat, inv_std = self._evaluate(x)
-        self._cache = (x_hat, inv_std, self.training)
+            out, centred, inv_std = self._evaluate(x)
+        self._cache = (centred, inv_std, self.training)
         return out
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
@@ -127,11 +135,12 @@ class BatchNorm:
 
     def _backward(self, output_delta, input_delta=True):
         """``backward`` without the checks: for a block that has checked its own output delta."""
-        x_hat, inv_std, training = self._cache
+        centred, inv_std, training = self._cache
         if training:
-            dx, dgamma, dbeta = batchnorm_backward(output_delta, x_hat, inv_std, self.gamma)
+            dx, dgamma, dbeta = batchnorm_backward(output_delta, centred, inv_std, self.gamma)
         else:  # the running statistics are constants: an elementwise affine map
-            dgamma, dbeta = (output_delta * x_hat).sum(axis=0), output_delta.sum(axis=0)
+            dgamma = np.einsum("ij,ij->j", output_delta, centred) * inv_std
+            dbeta = column_sums(output_delta)
             dx = output_delta * (self.gamma * inv_std)
         self.gradients = {"gamma": dgamma, "beta": dbeta}
         return dx if input_delta else None

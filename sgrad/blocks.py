@@ -20,7 +20,7 @@ from data_gen._checks import Seed
 from . import _validation
 from .batchnorm import BatchNorm
 from .layers import Layer
-from .nonlinearities import resolve_nonlinearity
+from .nonlinearities import relu, resolve_nonlinearity
 from .optimizers import UpdateRule
 
 
@@ -44,8 +44,9 @@ class Activation:
         _validation.check_batch(x, "input")
         return self._forward(x)
 
-    def _forward(self, x):
-        self.output = self.nonlin(x)
+    def _forward(self, x, overwrite=False):
+        """``forward`` unchecked; ``overwrite``: x is a fresh array that nothing else holds, so ReLU may reuse it."""
+        self.output = relu(x, out=x) if overwrite and self.nonlin is relu else self.nonlin(x)
         return self.output
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
@@ -119,8 +120,13 @@ class Sequential:
         self._stale = False
         # The input was checked once, above: sgrad's own modules skip their checks (``_forward``)
         # on what the module before them made; any other module gets its public forward.
+        previous = None
         for module in self.modules:
-            x = getattr(module, "_forward", module.forward)(x)
+            if isinstance(module, Activation) and isinstance(previous, BatchNorm):
+                x = module._forward(x, overwrite=True)  # batch norm keeps no reference to its output
+            else:
+                x = getattr(module, "_forward", module.forward)(x)
+            previous = module
         return x
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
@@ -132,9 +138,16 @@ class Sequential:
         if self._stale:
             raise ValueError("backward() after update(): the last forward pass used the old weights; "
                              "call forward(input) again first")
+        return self._run_backward(output_delta, input_delta, checked=False)
+
+    def _backward(self, output_delta, input_delta=True):
+        """``backward`` for a caller whose ``output_delta`` sgrad made itself: no module checks it."""
+        return self._run_backward(output_delta, input_delta, checked=True)
+
+    def _run_backward(self, output_delta, input_delta, checked):
         for k, module in enumerate(reversed(self.modules)):
             wanted = input_delta or k < len(self.modules) - 1  # only the bottom module may skip its delta
-            if k > 0 and hasattr(module, "_backward"):
+            if (checked or k > 0) and hasattr(module, "_backward"):
                 output_delta = module._backward(output_delta, wanted)
             elif wanted:
                 output_delta = module.backward(output_delta)

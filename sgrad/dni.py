@@ -21,7 +21,7 @@ from numpy.typing import DTypeLike
 from data_gen._checks import Seed
 
 from . import _validation
-from .generators import LinearGenerator
+from .generators import Generator, LinearGenerator
 from .layers import Layer
 from .optimizers import UpdateRule
 
@@ -48,7 +48,15 @@ class _Decoupled:
         _validation.check_condition(condition, self.condition_dim, input.shape[0], "this DNI")
         _validation.check_batch_rows(self, input.shape[0])
         output = self._module_forward(input)
-        self.synthetic_gradient = self.generator.forward(output, condition)
+        if getattr(self.generator.forward, "__func__", None) is Generator.forward:
+            # sgrad's own generator: h is this layer's output and c was checked above, so skip its checks.
+            g_hat = self.generator._forward(output, condition)
+        else:
+            g_hat = self.generator.forward(output, condition)
+        self.synthetic_gradient = g_hat
+        if not isinstance(g_hat, np.ndarray) or g_hat.shape != output.shape or g_hat.dtype.kind != "f":
+            # Any generator's prediction must fit before a layer descends on it; this raises and says why.
+            _validation.check_same_shape(g_hat, "the generator's synthetic gradient", output, "this layer's output")
         delta = self._module_backward(self.synthetic_gradient, input_delta)
         self.update(self.alpha)
         return delta, output
@@ -197,7 +205,11 @@ class DNIBlock(_Decoupled):
         return self.output
 
     def _module_backward(self, output_delta, input_delta=True):
-        return self.block.backward(output_delta, input_delta=input_delta)
+        # forward_and_synthetic_update has checked ĝ, or made it with one of sgrad's generators.
+        inner = getattr(self.block, "_backward", None)
+        if inner is None:
+            return self.block.backward(output_delta, input_delta=input_delta)
+        return inner(output_delta, input_delta)
 
     def __repr__(self) -> str:
         return f"DNIBlock({self.block!r}, generator={type(self.generator).__name__})"

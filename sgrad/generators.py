@@ -39,7 +39,10 @@ def regression_loss(prediction: np.ndarray, target: np.ndarray) -> tuple[float, 
     """The generator's loss ``1/(2 batch) * sum((prediction - target)**2)`` and its gradient."""
     diff = prediction - target
     batch = prediction.shape[0]
-    return 0.5 * float(np.sum(diff * diff)) / batch, diff / batch
+    flat = diff.reshape(-1)
+    loss = 0.5 * float(flat @ flat) / batch  # the sum of squares as a dot product: no squared copy
+    np.divide(diff, batch, out=diff)
+    return loss, diff
 
 
 class Generator:
@@ -60,6 +63,7 @@ class Generator:
         self.input = None
         self.synthetic_gradient = None
         self._gradients = {}
+        self._updated = False
 
     @property
     def parameters(self) -> dict[str, np.ndarray]:
@@ -81,13 +85,21 @@ class Generator:
 
     def predict(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = M(h, c): (batch, output_dim), with no side effects."""
-        return self.net.predict(self._joined(h, condition))
+        self._check(h, condition)
+        return self.net.predict(self._join(h, condition))
 
     def forward(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = M(h, c), remembering the input for :meth:`update`."""
-        joined = self._joined(h, condition)
-        self.synthetic_gradient = self.net.forward(joined)  # a refused batch leaves self.input as it was
+        self._check(h, condition)  # a refused batch leaves everything as it was
+        _validation.check_batch_rows(self.net, h.shape[0])
+        return self._forward(h, condition)
+
+    def _forward(self, h, condition):
+        """``forward`` once h and c are checked (a DNI layer calls it on its own output, with c checked)."""
+        joined = self._join(h, condition)
+        self.synthetic_gradient = _validation.forward_made_here(self.net, joined)
         self.input = joined
+        self._updated = False
         return self.synthetic_gradient
 
     def update(self, target: np.ndarray, alpha: float) -> float:
@@ -96,15 +108,30 @@ class Generator:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
         _validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
         alpha = _validation.check_learning_rate(alpha)
+        if self._updated:
+            raise ValueError("update() after update(): the last forward pass used the old weights; "
+                             "call forward(h) again first")
         loss, dprediction = regression_loss(self.synthetic_gradient, target)
-        self.net.backward(dprediction, input_delta=False)  # [h, c] is the generator's data: no delta for it
+        self._net_backward(dprediction)
         self._gradients = dict(self.net.gradients)
         self.net.update(alpha)
+        self._updated = True
         return loss
 
-    def _joined(self, h, condition):
+    def _net_backward(self, dprediction):
+        """Backpropagate the regression's gradient through the net; [h, c] is data: no delta for it."""
+        inner = getattr(self.net, "_backward", None)  # sgrad's modules: dprediction is made here, unchecked
+        if inner is None:
+            self.net.backward(dprediction, input_delta=False)
+        else:
+            inner(dprediction, False)
+
+    def _check(self, h, condition):
         _validation.check_batch(h, "h", self.output_dim, width_name="the generator's output_dim")
         _validation.check_condition(condition, self.condition_dim, h.shape[0], "this generator")
+
+    @staticmethod
+    def _join(h, condition):
         if condition is None:
             return h
         return np.concatenate([h, condition.astype(h.dtype, copy=False)], axis=1)
@@ -204,9 +231,9 @@ class SyntheticLossGenerator(MLPGenerator):
         probe = copy.deepcopy(self)
         return probe.forward(h, condition)
 
-    def forward(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
-        joined = self._joined(h, condition)
-        self._z = self.net.forward(joined)  # a refused batch leaves self.input as it was
+    def _forward(self, h, condition):
+        joined = self._join(h, condition)
+        self._z = _validation.forward_made_here(self.net, joined)
         self.input = joined
         self.predicted_loss = np.logaddexp(0.0, self._z)  # softplus, without overflow
         batch = h.shape[0]

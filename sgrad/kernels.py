@@ -12,6 +12,15 @@ import numpy as np
 from .nonlinearities import identity_out2deriv
 
 
+def column_sums(a: np.ndarray) -> np.ndarray:
+    """Sums over the rows of a (batch, features) array, as a matrix-vector product ``ones @ a``.
+
+    The same sums as ``a.sum(axis=0)``, but the product runs in the BLAS,
+    several times faster than NumPy's reduction over the first axis.
+    """
+    return np.ones(a.shape[0], dtype=a.dtype) @ a
+
+
 def linear_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
     """Affine map ``z = x @ weights + bias``.
 
@@ -34,7 +43,7 @@ def linear_backward(dz: np.ndarray, x: np.ndarray, weights: np.ndarray, with_bia
     """
     dx = dz @ weights.T if input_delta else None
     dweights = x.T @ dz
-    dbias = dz.sum(axis=0) if with_bias else None
+    dbias = column_sums(dz) if with_bias else None
     return dx, dweights, dbias
 
 

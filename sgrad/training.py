@@ -156,17 +156,33 @@ def true_gradients(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn:
 
 def backprop_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., Any], alpha: float, *,
                   trainable: int | None = None) -> float:
-    """One step of backprop; only ``layers[trainable:]`` learn (default: all).  Returns the loss."""
+    """One step of backprop; only ``layers[trainable:]`` learn (default: all).  Returns the loss.
+
+    The bottom layer checks ``x`` and the top layer checks the loss's gradient;
+    in between, sgrad's own layers take what their neighbour made unchecked.
+    """
     trainable = 0 if trainable is None else trainable
-    h = x
-    for layer in layers:
-        h = layer.forward(h)
+    h = layers[0].forward(x)
+    _check_rows(layers[1:], h.shape[0])
+    for layer in layers[1:]:
+        h = _validation.forward_made_here(layer, h)
     loss, delta = loss_fn(h, y)
-    for k in range(len(layers) - 1, trainable - 1, -1):
+    top = len(layers) - 1
+    for k in range(top, trainable - 1, -1):
         # The lowest learning layer's input delta would go nowhere: skip its matrix product.
-        delta = layers[k].backward(delta, input_delta=k > trainable)
+        wanted = k > trainable
+        if k < top and hasattr(layers[k], "_backward"):
+            delta = layers[k]._backward(delta, wanted)
+        else:
+            delta = layers[k].backward(delta, input_delta=wanted)
         layers[k].update(alpha)
     return loss
+
+
+def _check_rows(layers: Sequence[Any], rows: int) -> None:
+    """Refuse a one-row batch for a stack with batch norm above its bottom layer (which checks its own)."""
+    for layer in layers:
+        _validation.check_batch_rows(layer, rows)
 
 
 def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., Any], alpha: float, *,
@@ -187,7 +203,8 @@ def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Calla
         delta, h = layer.forward_and_synthetic_update(h, condition, input_delta=k > 0)
         deltas.append(delta)
     top = layers[-1]
-    loss, g = loss_fn(top.forward(h), y)
+    _validation.check_batch_rows(top, h.shape[0])
+    loss, g = loss_fn(_validation.forward_made_here(top, h), y)
     top_delta = top.backward(g)
     top.update(alpha)
     if targets is None:

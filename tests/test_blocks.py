@@ -201,6 +201,22 @@ def test_dense_block_with_batchnorm_is_linear_without_bias_then_batchnorm_then_n
     assert list(block.parameters) == ["0.weights", "1.gamma", "1.beta"]
 
 
+def test_relu_after_batchnorm_reuses_the_norms_output_and_leaves_every_kept_array_alone():
+    # Sequential lets the ReLU overwrite batch norm's fresh output in place; nothing the modules keep may change.
+    block = dense_block(IN, OUT, "relu", batchnorm=True, seed=0)
+    linear, norm, activation = block.modules
+    x = _x()
+    x_before = x.copy()
+    out = block.forward(x)
+    z = x @ linear.weights
+    normed = (z - z.mean(axis=0)) / np.sqrt(z.var(axis=0) + norm.eps) * norm.gamma + norm.beta
+    np.testing.assert_allclose(out, np.maximum(normed, 0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(x, x_before)
+    np.testing.assert_array_equal(linear.output, z)  # the linear layer's kept output is untouched
+    assert activation.output is out and (out >= 0).all()
+    assert out.min() == 0.0 and np.sum(out == 0) < out.size  # some units cut, some passed
+
+
 def test_dense_block_without_batchnorm_is_linear_with_bias_then_nonlinearity():
     block = dense_block(IN, OUT, "tanh", batchnorm=False, seed=0)
     assert list(block.parameters) == ["0.weights", "0.bias"]

@@ -312,3 +312,26 @@ def test_skipping_the_input_delta_changes_nothing_else(condition_dim):
     np.testing.assert_array_equal(lean_out, out)
     np.testing.assert_array_equal(lean.weights, full.weights)
     np.testing.assert_array_equal(lean.synthetic_gradient, full.synthetic_gradient)
+
+
+class MisshapenGenerator(LinearGenerator):
+    """A user's generator whose prediction has one column too few."""
+
+    def forward(self, h, condition=None):
+        return super().forward(h, condition)[:, :-1]
+
+
+def test_a_generator_whose_prediction_does_not_fit_is_refused_before_the_layer_moves():
+    layer = DNI(5, 4, "tanh", generator=MisshapenGenerator(4, init="blog", seed=1), seed=0)
+    weights = layer.weights.copy()
+    with pytest.raises(ValueError, match=r"the generator's synthetic gradient must have shape \(batch, 4\) "
+                                         r"\(4 = the width of this layer's output\); got shape \(6, 3\)"):
+        layer.forward_and_synthetic_update(np.random.default_rng(0).random((6, 5)))
+    np.testing.assert_array_equal(layer.weights, weights)
+
+
+def test_a_subclassed_generators_forward_is_still_called():
+    generator = RecordingGenerator(4, init="blog", seed=1)
+    layer = DNI(5, 4, "tanh", generator=generator, seed=0)
+    layer.forward_and_synthetic_update(np.random.default_rng(0).random((6, 5)))
+    assert generator.conditions == [None]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from conftest import numerical_gradient, relative_error
 
-from sgrad.generators import LinearGenerator, regression_loss
+from sgrad.generators import LinearGenerator, MLPGenerator, regression_loss
 
 BATCH, WIDTH, CONDITION = 5, 4, 3
 
@@ -177,3 +177,17 @@ def test_bad_condition_raises(condition_dim, condition, message):
 def test_seed_and_rng_together_raise():
     with pytest.raises(ValueError, match="either seed or rng, not both"):
         LinearGenerator(WIDTH, seed=0, rng=np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("make", [lambda: LinearGenerator(WIDTH, init="blog", seed=0),
+                                  lambda: MLPGenerator(WIDTH, hidden=(4,), seed=0)], ids=["linear", "mlp"])
+def test_a_second_update_without_a_forward_is_refused(make):
+    generator = make()
+    h = _h(0)
+    generator.forward(h)
+    generator.update(np.ones_like(h), 0.1)
+    weights = {name: p.copy() for name, p in generator.parameters.items()}
+    with pytest.raises(ValueError, match=r"update\(\) after update\(\).*call forward\(h\) again first"):
+        generator.update(np.ones_like(h), 0.1)
+    for name, p in generator.parameters.items():
+        np.testing.assert_array_equal(p, weights[name])

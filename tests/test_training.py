@@ -8,7 +8,8 @@ import pytest
 import sgrad
 from data_gen import generate_split
 from sgrad.losses import bce_with_logits
-from sgrad.training import TrainConfig, build_network, dni_step, train, true_gradients
+from sgrad.losses import mse, softmax_cross_entropy
+from sgrad.training import TrainConfig, backprop_step, build_network, dni_step, train, true_gradients
 
 # 5-bit addition (operands below 16): 200 training pairs, 50 held out.  Measured at seed 0:
 # train bit accuracy backprop 1.000, cdni 1.000, dni 0.779, no-bprop 0.684 (dni - no-bprop was
@@ -105,6 +106,47 @@ def test_true_gradient_targets_train_generators_closer_to_the_true_gradient(smal
     true = train("dni", small_data, dataclasses.replace(config, generator_targets="true"))
     # The bottom generator is where bootstrapping differs most from the truth.
     assert true["cosine_similarity"][0][-1] > bootstrap["cosine_similarity"][0][-1]
+
+
+def test_backprop_step_explains_a_stack_whose_widths_do_not_fit():
+    # Inside a step, sgrad's layers skip re-checking what the layer below made; a misfit still gets the message.
+    rng = np.random.default_rng(0)
+    stack = [sgrad.Layer(4, 6, "tanh", seed=0), sgrad.Layer(5, 2, "identity", seed=1)]
+    with pytest.raises(ValueError, match=r"input must have shape \(batch, 5\) \(5 = this layer's input_dim\)"):
+        backprop_step(stack, rng.random((8, 4)), rng.random((8, 2)), mse, 0.1)
+
+
+def test_backprop_step_refuses_one_row_for_batch_norm_above_the_bottom_layer():
+    rng = np.random.default_rng(0)
+    stack = [sgrad.Layer(4, 6, "tanh", seed=0), sgrad.dense_block(6, 5, seed=1), sgrad.Layer(5, 2, "identity", seed=2)]
+    weights = [layer.parameters["weights"].copy() if "weights" in layer.parameters else None for layer in stack]
+    with pytest.raises(ValueError, match="needs a batch of at least 2 rows"):
+        backprop_step(stack, rng.random((1, 4)), rng.random((1, 2)), mse, 0.1)
+    np.testing.assert_array_equal(stack[0].weights, weights[0])
+
+
+def test_backprop_step_equals_each_layers_public_forward_backward_and_update():
+    # The step's unchecked path (what a layer made goes to the next unchecked) must change nothing numerically.
+    rng = np.random.default_rng(0)
+    x, y = rng.random((8, 4)), np.eye(3)[rng.integers(0, 3, 8)]
+
+    def stack():
+        return [sgrad.dense_block(4, 6, seed=0), sgrad.dense_block(6, 5, batchnorm=False, seed=1),
+                sgrad.Layer(5, 3, "identity", seed=2)]
+
+    fast, slow = stack(), stack()
+    loss = backprop_step(fast, x, y, softmax_cross_entropy, 0.1)
+    h = x
+    for layer in slow:
+        h = layer.forward(h)
+    expected, delta = softmax_cross_entropy(h, y)
+    for k in (2, 1, 0):
+        delta = slow[k].backward(delta, input_delta=k > 0)
+        slow[k].update(0.1)
+    assert loss == expected
+    for a, b in zip(fast, slow):
+        for name in a.parameters:
+            np.testing.assert_array_equal(a.parameters[name], b.parameters[name], err_msg=name)
 
 
 def test_a_diverging_run_stops_with_the_method_step_and_learning_rate():
