@@ -17,7 +17,10 @@ batch 256; x random in [0, 1), one-hot labels):
    training set, in a subprocess.
 
 Every timing is the median over rounds that alternate sgrad, PyTorch and the
-limit, so a slow moment of the machine hits all three alike.  The step's time
+limit, and every ratio is the median over rounds of the ratio within a round:
+a slow stretch of a shared machine then hits both sides of a ratio alike.  A
+DNI row also times sgrad's backprop step (BN, f32) in its rounds, for the
+DNI-to-backprop ratio.  The step's time
 is split into matrix products (the limit), the optimizer's array work, Python
 overhead (the same step on a net of width 4) and the rest (elementwise work
 and reductions); ``--out`` gets that as ``step_breakdown.png``, with
@@ -134,6 +137,66 @@ def batch_of(dtype, batch, input_dim, seed):
     return x, y
 
 
+def fused_numpy_step(seed=0):
+    """The backprop BN f32 step written out flat in NumPy: no modules, no checks, everything in place.
+
+    Not sgrad: a floor for what NumPy can do on this net, so the table can say
+    how much of sgrad's distance from the limit is NumPy's own and how much
+    is sgrad's (its modules, checks and out-of-place updates).
+    """
+    f32 = np.float32
+    x, y = batch_of("float32", BATCH, INPUT_DIM, seed)
+    rng = np.random.default_rng(seed)
+    w1, w2, w3 = ((rng.standard_normal(shape) * np.sqrt(2 / shape[0])).astype(f32)
+                  for shape in ((INPUT_DIM, 256), (256, 256), (256, CLASSES)))
+    b3 = np.zeros(CLASSES, f32)
+    norms = [(np.ones(256, f32), np.zeros(256, f32)) for _ in range(2)]
+    ones, zeros, class_ones = np.ones(BATCH, f32), np.zeros(256, f32), np.ones(CLASSES, f32)
+
+    def norm_relu(z, gamma, beta):
+        centred = z - (ones @ z) / BATCH
+        inv_std = 1 / np.sqrt(np.einsum("ij,ij->j", centred, centred) / BATCH + 1e-5)
+        h = centred * (gamma * inv_std)
+        h += beta
+        return np.maximum(h, zeros, out=h), centred, inv_std
+
+    def norm_relu_backward(d, h, centred, inv_std, gamma):
+        np.multiply(d, h > 0, out=d)
+        dbeta, dgamma = ones @ d, np.einsum("ij,ij->j", d, centred) * inv_std
+        dx = centred * (inv_std * dgamma / BATCH)
+        np.subtract(d, dx, out=dx)
+        dx -= dbeta / BATCH
+        dx *= gamma * inv_std
+        return dx, dgamma, dbeta
+
+    def descend(param, grad):
+        grad *= LR  # the gradient is scaled in place: nothing else holds it here
+        param -= grad
+
+    def step():
+        """One step; returns the parameters (for a check against sgrad's step)."""
+        h1, c1, s1 = norm_relu(x @ w1, *norms[0])
+        h2, c2, s2 = norm_relu(h1 @ w2, *norms[1])
+        logits = h2 @ w3
+        logits += b3
+        exp = np.exp(logits - np.ascontiguousarray(logits.T).max(axis=0)[:, None])
+        g = exp / (exp @ class_ones)[:, None]
+        g -= y
+        g /= BATCH
+        d2 = g @ w3.T
+        descend(w3, h2.T @ g)
+        descend(b3, ones @ g)
+        dz2, dgamma2, dbeta2 = norm_relu_backward(d2, h2, c2, s2, norms[1][0])
+        d1 = dz2 @ w2.T
+        for param, grad in zip((w2, *norms[1]), (h1.T @ dz2, dgamma2, dbeta2)):
+            descend(param, grad)
+        dz1, dgamma1, dbeta1 = norm_relu_backward(d1, h1, c1, s1, norms[0][0])
+        for param, grad in zip((w1, *norms[0]), (x.T @ dz1, dgamma1, dbeta1)):
+            descend(param, grad)
+        return w1, norms[0], w2, norms[1], w3, b3
+    return step
+
+
 # ----------------------------------------------------------------------------- the limit
 
 def dense_layers(module, *, input_kind="data"):
@@ -220,7 +283,11 @@ def parametrised(module):
 # ----------------------------------------------------------------------------- timing
 
 def time_rounds(candidates, *, rounds, seconds):
-    """Median seconds per call of each candidate; rounds alternate between the candidates."""
+    """Seconds per call of each candidate, one sample a round: ``{name: [seconds, ...]}``.
+
+    Rounds alternate between the candidates, so sample k of every candidate
+    comes from the same stretch of time.
+    """
     calls = {}
     for name, fn in candidates.items():
         for _ in range(3):  # warm-up: first-call allocations, caches, the generators leaving zero
@@ -235,7 +302,16 @@ def time_rounds(candidates, *, rounds, seconds):
             for _ in range(calls[name]):
                 fn()
             samples[name].append((time.perf_counter() - start) / calls[name])
+    return {name: np.array(times) for name, times in samples.items()}
+
+
+def medians(samples):
     return {name: float(np.median(times)) for name, times in samples.items()}
+
+
+def paired_ratio(samples, numerator, denominator):
+    """The median over rounds of ``numerator / denominator`` measured in the same round."""
+    return float(np.median(samples[numerator] / samples[denominator]))
 
 
 def measure_case(case, *, rounds, seconds):
@@ -250,7 +326,16 @@ def measure_case(case, *, rounds, seconds):
     peer = torch_step(case)
     if peer is not None:
         candidates["torch"] = peer
-    times = time_rounds(candidates, rounds=rounds, seconds=seconds)
+    if case.method != "backprop":
+        candidates["backprop"] = sgrad_step(CASES[0])[0]
+    if case == CASES[0]:
+        candidates["fused NumPy"] = fused_numpy_step()
+    samples = time_rounds(candidates, rounds=rounds, seconds=seconds)
+    times = medians(samples)
+    times["ratios"] = {other: paired_ratio(samples, "sgrad", other) for other in ("limit", "torch", "backprop")
+                       if other in samples}
+    if "fused NumPy" in samples:
+        times["ratios"]["fused NumPy / limit"] = paired_ratio(samples, "fused NumPy", "limit")
     times["gflop"] = gflop
     # The parts of the step: the rest is elementwise work, reductions, and what the limit's
     # back-to-back products gain from warm caches.
@@ -282,10 +367,10 @@ def measure_data_generation(num_examples, *, rounds):
     x, y = generate_dataset(8, num_examples, seed=0)
     if not (np.array_equal(loop_x, x) and np.array_equal(loop_y, y)):
         raise AssertionError("generate_dataset and the per-example loop disagree on the same operands")
-    seconds = time_rounds({"loop": lambda: blog_generate_dataset(8, num_examples, np.random.default_rng(0)),
+    samples = time_rounds({"loop": lambda: blog_generate_dataset(8, num_examples, np.random.default_rng(0)),
                            "sgrad": lambda: generate_dataset(8, num_examples, seed=0)},
                           rounds=rounds, seconds=0.2)
-    return seconds
+    return dict(medians(samples), speedup=paired_ratio(samples, "loop", "sgrad"))
 
 
 # The child runs `sgrad paper` and reports its own peak RSS.  VmHWM, not ru_maxrss: a child's
@@ -319,14 +404,16 @@ def measure_memory(iterations, data):
 # ----------------------------------------------------------------------------- report
 
 def table(results):
-    lines = ["| step | sgrad | PyTorch | products (limit) | sgrad / PyTorch | sgrad / limit | sgrad GFLOP/s |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| step | sgrad | PyTorch | products (limit) | sgrad / PyTorch | sgrad / limit | sgrad / backprop "
+             "| sgrad GFLOP/s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, t in results.items():
+        ratios = t["ratios"]
         peer = f"{1e3 * t['torch']:.2f} ms" if "torch" in t else "n/a"
-        ratio = f"{t['sgrad'] / t['torch']:.2f}×" if "torch" in t else "n/a"
+        vs_torch = f"{ratios['torch']:.2f}×" if "torch" in ratios else "n/a"
+        vs_backprop = f"{ratios['backprop']:.2f}×" if "backprop" in ratios else ""
         lines.append(f"| {name} | {1e3 * t['sgrad']:.2f} ms | {peer} | {1e3 * t['limit']:.2f} ms "
-                     f"| {ratio} | {t['sgrad'] / t['limit']:.2f}× "
-                     f"| {t['gflop'] / t['sgrad']:.0f} |")
+                     f"| {vs_torch} | {ratios['limit']:.2f}× | {vs_backprop} | {t['gflop'] / t['sgrad']:.0f} |")
     return "\n".join(lines)
 
 
@@ -336,14 +423,13 @@ def targets(results, data_speedup, peak_mb):
     for name in ("backprop, BN, f32", "backprop, no BN, f32"):
         if name not in results:
             continue
-        t = results[name]
-        if "torch" in t:
-            ratio = t["sgrad"] / t["torch"]
-            checks.append((f"{name}: sgrad <= 1.0x PyTorch", ratio <= 1.0, f"{ratio:.2f}x"))
-        ratio = t["sgrad"] / t["limit"]
-        checks.append((f"{name}: sgrad <= 1.3x its matrix products", ratio <= 1.3, f"{ratio:.2f}x"))
-    if "dni, linear gen." in results and "backprop, BN, f32" in results:
-        ratio = results["dni, linear gen."]["sgrad"] / results["backprop, BN, f32"]["sgrad"]
+        ratios = results[name]["ratios"]
+        if "torch" in ratios:
+            checks.append((f"{name}: sgrad <= 1.0x PyTorch", ratios["torch"] <= 1.0, f"{ratios['torch']:.2f}x"))
+        checks.append((f"{name}: sgrad <= 1.3x its matrix products", ratios["limit"] <= 1.3,
+                       f"{ratios['limit']:.2f}x"))
+    if "dni, linear gen." in results:
+        ratio = results["dni, linear gen."]["ratios"]["backprop"]
         checks.append(("dni (linear gen.) <= 1.5x backprop (BN, f32)", ratio <= 1.5, f"{ratio:.2f}x"))
     checks.append(("data generation >= 50x the per-example loop", data_speedup >= 50, f"{data_speedup:.0f}x"))
     if peak_mb is not None:
@@ -398,7 +484,7 @@ def main():
     parser.add_argument("--memory-iterations", type=int, default=200,
                         help="iterations of the memory run; 0 skips it (default 200)")
     args = parser.parse_args()
-    rounds, seconds = (3, 0.08) if args.quick else (11, 0.1)
+    rounds, seconds = (3, 0.08) if args.quick else (21, 0.06)
     cases = CASES if args.cases is None else [CASES[int(i)] for i in args.cases.split(",")]
 
     print(f"numpy {np.__version__}, {THREADS} BLAS thread(s); "
@@ -410,12 +496,17 @@ def main():
         print(f"  {case.name}: sgrad {1e3 * t['sgrad']:.2f} ms, limit {1e3 * t['limit']:.2f} ms"
               + (f", PyTorch {1e3 * t['torch']:.2f} ms" if "torch" in t else ""), flush=True)
     generation = measure_data_generation(20_000, rounds=rounds)
-    data_speedup = generation["loop"] / generation["sgrad"]
+    data_speedup = generation["speedup"]
     peak_mb = measure_memory(args.memory_iterations, args.data) if args.memory_iterations > 0 else None
 
     report = [table(results), "",
               f"Data generation, 20,000 8-bit additions: per-example loop {1e3 * generation['loop']:.1f} ms, "
               f"generate_dataset {1e3 * generation['sgrad']:.2f} ms ({data_speedup:.0f}x)."]
+    if "fused NumPy / limit" in results.get(CASES[0].name, {}).get("ratios", {}):
+        t = results[CASES[0].name]
+        report.insert(1, f"\nThe {CASES[0].name} step written out flat in NumPy (no modules, no checks, updates in "
+                         f"place): {1e3 * t['fused NumPy']:.2f} ms, {t['ratios']['fused NumPy / limit']:.2f}x the "
+                         f"limit; sgrad's step is {t['ratios']['limit']:.2f}x.")
     if peak_mb is not None:
         report.append(f"Peak RSS of `sgrad paper --methods backprop --iterations {args.memory_iterations}` on the "
                       f"full set: {peak_mb:.0f} MB ({peak_mb / TRAINING_ARRAY_MB:.2f}x the float32 training array).")

@@ -44,6 +44,10 @@ class _Decoupled:
         input is data and has no generator to train.
         """
         _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
+        return self._forward_and_synthetic_update(input, condition, input_delta)
+
+    def _forward_and_synthetic_update(self: Any, input, condition, input_delta):
+        """``forward_and_synthetic_update`` for an input that sgrad made: everything but the input is checked."""
         # The condition is checked before anything runs, so a bad one changes nothing.
         _validation.check_condition(condition, self.condition_dim, input.shape[0], "this DNI")
         _validation.check_batch_rows(self, input.shape[0])
@@ -75,6 +79,13 @@ class _Decoupled:
                 "call forward_and_synthetic_update(input) first"
             )
         return self.generator.update(target_gradient, self.generator_alpha)
+
+    def _update_synthetic_weights(self: Any, target_gradient):
+        """``update_synthetic_weights`` for a target that sgrad made: an sgrad generator does not re-check it."""
+        if self.synthetic_gradient is not None and \
+                getattr(self.generator.update, "__func__", None) is Generator.update:
+            return self.generator._update(target_gradient, self.generator_alpha)
+        return self.update_synthetic_weights(target_gradient)
 
 
 class DNI(Layer, _Decoupled):

@@ -107,6 +107,10 @@ class Generator:
         if self.synthetic_gradient is None:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
         _validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
+        return self._update(target, alpha)
+
+    def _update(self, target, alpha):
+        """``update`` for a target that sgrad made itself (a DNI stack's bootstrapped delta): not re-checked."""
         alpha = _validation.check_learning_rate(alpha)
         if self._updated:
             raise ValueError("update() after update(): the last forward pass used the old weights; "

@@ -199,8 +199,12 @@ def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Calla
     h = x
     deltas = []
     for k, layer in enumerate(layers[:-1]):
-        # The bottom layer's input delta would have no generator to train: skip its matrix product.
-        delta, h = layer.forward_and_synthetic_update(h, condition, input_delta=k > 0)
+        inner = getattr(layer, "_forward_and_synthetic_update", None)
+        if k == 0 or inner is None or h.shape[1] != layer.input_dim:
+            # The bottom layer's input delta would have no generator to train: skip its matrix product.
+            delta, h = layer.forward_and_synthetic_update(h, condition, input_delta=k > 0)
+        else:  # h is what the layer below made: sgrad's DNI layers skip re-checking it
+            delta, h = inner(h, condition, True)
         deltas.append(delta)
     top = layers[-1]
     _validation.check_batch_rows(top, h.shape[0])
@@ -208,9 +212,13 @@ def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Calla
     top_delta = top.backward(g)
     top.update(alpha)
     if targets is None:
-        # Layer k's target is what layer k+1 returned: ĝ_{k+1} backpropagated one layer.
+        # Layer k's target is what layer k+1 returned: ĝ_{k+1} backpropagated one layer.  sgrad made
+        # these, so sgrad's DNI layers take them unchecked.
         targets = deltas[1:] + [top_delta]
-    generator_losses = [layer.update_synthetic_weights(t) for layer, t in zip(layers[:-1], targets)]
+        generator_losses = [getattr(layer, "_update_synthetic_weights", layer.update_synthetic_weights)(t)
+                            for layer, t in zip(layers[:-1], targets)]
+    else:
+        generator_losses = [layer.update_synthetic_weights(t) for layer, t in zip(layers[:-1], targets)]
     return loss, generator_losses
 
 

@@ -335,3 +335,34 @@ def test_a_subclassed_generators_forward_is_still_called():
     layer = DNI(5, 4, "tanh", generator=generator, seed=0)
     layer.forward_and_synthetic_update(np.random.default_rng(0).random((6, 5)))
     assert generator.conditions == [None]
+
+
+def test_dni_step_equals_each_layers_public_calls():
+    # dni_step passes what sgrad made (h, the bootstrapped targets) unchecked; the numbers must not change.
+    from sgrad import DNIBlock, dense_block
+    from sgrad.losses import softmax_cross_entropy
+
+    rng = np.random.default_rng(0)
+    x, y = rng.random((8, 4)), np.eye(3)[rng.integers(0, 3, 8)]
+
+    def stack():
+        hidden = [DNIBlock(dense_block(4, 6, seed=0), LinearGenerator(6, 3, init="blog", seed=1), 0.1),
+                  DNI(6, 5, "relu", condition_dim=3, generator_init="blog", seed=2, alpha=0.1)]
+        return hidden + [Layer(5, 3, "identity", seed=3)]
+
+    fast, slow = stack(), stack()
+    loss, generator_losses = dni_step(fast, x, y, softmax_cross_entropy, 0.1, condition=y)
+    first, h = slow[0].forward_and_synthetic_update(x, y, input_delta=False)
+    second, h = slow[1].forward_and_synthetic_update(h, y)
+    expected, g = softmax_cross_entropy(slow[2].forward(h), y)
+    top_delta = slow[2].backward(g)
+    slow[2].update(0.1)
+    expected_generator_losses = [slow[0].update_synthetic_weights(second), slow[1].update_synthetic_weights(top_delta)]
+    assert first is None
+    assert loss == expected and generator_losses == expected_generator_losses
+    for a, b in zip(fast, slow):
+        for owner_a, owner_b in ((a, b), (getattr(a, "generator", None), getattr(b, "generator", None))):
+            if owner_a is None:
+                continue
+            for name, param in owner_a.parameters.items():
+                np.testing.assert_array_equal(param, owner_b.parameters[name], err_msg=name)
