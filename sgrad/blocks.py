@@ -20,7 +20,7 @@ from data_gen._checks import Seed
 from . import _validation
 from .batchnorm import BatchNorm
 from .layers import Layer
-from .nonlinearities import relu, resolve_nonlinearity
+from .nonlinearities import relu, relu_out2deriv, resolve_nonlinearity
 from .optimizers import UpdateRule
 
 
@@ -56,7 +56,11 @@ class Activation:
         return self._backward(output_delta, input_delta)
 
     def _backward(self, output_delta, input_delta=True):
-        return output_delta * self.nonlin_deriv(self.output) if input_delta else None
+        if not input_delta:
+            return None
+        if self.nonlin_deriv is relu_out2deriv:  # ReLU's derivative as a boolean mask: no float copy of it
+            return np.multiply(output_delta, self.output > 0)
+        return output_delta * self.nonlin_deriv(self.output)
 
     def update(self, alpha: float) -> None:
         """Nothing to learn."""

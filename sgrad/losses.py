@@ -136,11 +136,13 @@ def _as_target_distribution(labels, logits):
         onehot = np.zeros(shape, dtype=logits.dtype)
         onehot[np.arange(batch), labels] = 1.0
         return onehot
-    _validation.check_batch(labels, "labels", classes, width_name="classes")
-    if labels.shape != shape:
+    if labels.dtype.kind != "f" or labels.shape != shape:
+        _validation.check_batch(labels, "labels", classes, width_name="classes")  # its message for dtype and width
         raise ValueError(f"one-hot labels must have the logits' shape {shape}; got {labels.shape}")
-    # Rows must sum to 1 within allclose's default tolerance (1e-5 + 1e-8), without its overhead.
-    if labels.min() < 0 or np.abs(_row_sums(labels) - 1.0).max() > 1e-5 + 1e-8:
+    # Non-negative rows that sum to 1 within allclose's default tolerance (1e-5 + 1e-8).  NaN or inf fails
+    # one of the two (a NaN minimum or row sum compares false; -inf is caught by the minimum first).
+    if not (labels.min() >= 0 and np.abs(_row_sums(labels) - 1.0).max() <= 1e-5 + 1e-8):
+        _validation.check_batch(labels, "labels", classes, width_name="classes")  # NaN or inf: its message
         raise ValueError("2-D labels must be one-hot or probability rows: non-negative, each row summing to 1")
     return labels
 

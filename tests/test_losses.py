@@ -173,3 +173,27 @@ def test_none_reduction_gives_each_examples_loss_and_the_sum_gradient(loss):
     for i in range(4):
         assert values[i] == pytest.approx(loss(prediction[i:i + 1], target[i:i + 1], reduction="sum")[0], rel=1e-12)
     np.testing.assert_allclose(grad, loss(prediction, target, reduction="sum")[1], rtol=1e-15)
+
+
+def _onehot_with(value, dtype=np.float64):
+    labels = np.eye(3, dtype=dtype)[[0, 1, 2, 1]]
+    labels[2, 1] = value
+    return labels
+
+
+@pytest.mark.parametrize("labels, error, fragment", [
+    (_onehot_with(np.nan), ValueError, "labels holds NaN or inf (first in row 2)"),
+    (_onehot_with(np.inf), ValueError, "labels holds NaN or inf (first in row 2)"),
+    (_onehot_with(-np.inf), ValueError, "labels holds NaN or inf (first in row 2)"),
+    (_onehot_with(-0.5), ValueError, "2-D labels must be one-hot or probability rows"),
+    (_onehot_with(0.5), ValueError, "2-D labels must be one-hot or probability rows"),
+    (np.eye(3, dtype=np.int64)[[0, 1, 2, 1]], TypeError, "labels must hold floats; got dtype int64"),
+    (np.eye(4)[[0, 1, 2, 1]], ValueError, "labels must have shape (batch, 3) (3 = classes); got shape (4, 4)"),
+    (np.eye(3)[[0, 1, 2]], ValueError, "one-hot labels must have the logits' shape (4, 3); got (3, 3)"),
+], ids=["nan", "inf", "minus-inf", "negative", "row-not-summing-to-one", "integer", "too-wide", "too-few-rows"])
+def test_softmax_cross_entropy_refuses_bad_one_hot_labels_in_the_users_words(labels, error, fragment):
+    logits = np.random.default_rng(0).standard_normal((4, 3))
+    with np.errstate(all="raise"):  # as in the training loops: a bad label must not surface as a FloatingPointError
+        with pytest.raises(error) as raised:
+            softmax_cross_entropy(logits, labels)
+    assert fragment in str(raised.value)
