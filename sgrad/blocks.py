@@ -160,14 +160,28 @@ class Sequential:
         return output_delta
 
     def update(self, alpha: float) -> None:
+        self._update(alpha, spend=False)
+
+    def _update(self, alpha, spend):
+        """``update``; ``spend`` is passed on to the modules that take it (see :meth:`sgrad.Layer.update`)."""
         _validation.check_learning_rate(alpha)
         for module in self.modules:
             if module.parameters:
-                module.update(alpha)
+                update_module(module, alpha, spend)
         self._stale = True
 
     def __repr__(self) -> str:
         return "Sequential([" + ", ".join(map(repr, self.modules)) + "])"
+
+
+def update_module(module: Any, alpha: float, spend: bool) -> None:
+    """``module.update(alpha)``; sgrad's own modules take ``spend``: the caller holds no other reference to
+    the gradients, so an update rule may overwrite them (plain SGD then needs no temporary array)."""
+    inner = getattr(module, "_update", None)
+    if inner is None:
+        module.update(alpha)
+    else:
+        inner(alpha, spend)
 
 
 def dense_block(input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray] = "relu", *,

@@ -21,6 +21,7 @@ from numpy.typing import DTypeLike
 from data_gen._checks import Seed
 
 from . import _validation
+from .blocks import update_module
 from .generators import Generator, LinearGenerator
 from .layers import Layer
 from .optimizers import UpdateRule
@@ -62,7 +63,7 @@ class _Decoupled:
             # Any generator's prediction must fit before a layer descends on it; this raises and says why.
             _validation.check_same_shape(g_hat, "the generator's synthetic gradient", output, "this layer's output")
         delta = self._module_backward(self.synthetic_gradient, input_delta)
-        self.update(self.alpha)
+        update_module(self, self.alpha, spend=True)  # the gradients of ĝ were made just above, for this step
         return delta, output
 
     def update_synthetic_weights(self: Any, target_gradient: np.ndarray) -> float:
@@ -209,6 +210,9 @@ class DNIBlock(_Decoupled):
 
     def update(self, alpha: float) -> None:
         self.block.update(alpha)
+
+    def _update(self, alpha, spend):
+        update_module(self.block, alpha, spend)
 
     def _module_forward(self, input):
         # forward_and_synthetic_update has checked the input: run the block without checking it again.

@@ -127,12 +127,17 @@ class Layer:
 
         ``alpha`` is the learning rate handed to the layer's update rule.
         """
+        self._update(alpha, spend=False)
+
+    def _update(self, alpha, spend):
+        """``update``; ``spend``: the caller (a training step) lets the rule overwrite the spent gradients."""
         if self.weights_grad is None:
             raise ValueError("update() needs the gradients of the last forward pass; "
                              "call backward(output_delta) after forward(input) first")
         alpha = _validation.check_learning_rate(alpha)
+        step = self.update_rule._step_spending if spend else self.update_rule.step
         for name, param in self.parameters.items():
-            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+            step(param, self.gradients[name], self.update_state[name], alpha)
         # Each forward/backward pair pays for one step; stale gradients are never applied twice.
         self.weights_grad = self.bias_grad = None
         self._stale = True

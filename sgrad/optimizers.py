@@ -28,6 +28,10 @@ class UpdateRule:
         """Take one descent step on ``param`` (in place) with gradient ``grad`` of its shape."""
         raise NotImplementedError
 
+    def _step_spending(self, param, grad, state, lr):
+        """``step`` for a caller that holds the only reference to ``grad``: a rule may overwrite it."""
+        self.step(param, grad, state, lr)
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
@@ -38,6 +42,10 @@ class SGD(UpdateRule):
 
     def step(self, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray], lr: float) -> None:
         param -= lr * grad
+
+    def _step_spending(self, param, grad, state, lr):
+        grad *= lr  # scaled in place: no temporary array the size of param
+        param -= grad
 
 
 class Momentum(UpdateRule):

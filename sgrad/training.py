@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import _validation, kernels
+from .blocks import update_module
 from .checkpoint import fingerprint, resume_run, save_run
 from .dni import DNI
 from .layers import Layer
@@ -175,7 +176,7 @@ def backprop_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: 
             delta = layers[k]._backward(delta, wanted)
         else:
             delta = layers[k].backward(delta, input_delta=wanted)
-        layers[k].update(alpha)
+        update_module(layers[k], alpha, spend=True)  # no one else has seen these gradients
     return loss
 
 

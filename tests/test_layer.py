@@ -320,3 +320,17 @@ def test_backward_after_update_needs_a_new_forward():
     layer.update(0.5)
     with pytest.raises(ValueError, match=r"old weights; call forward\(input\) again"):
         layer.backward(np.array([[1.0]]))
+
+
+@pytest.mark.parametrize("rule", ["sgd", "momentum", "adam"])
+def test_update_leaves_a_gradient_the_caller_kept_alone(rule):
+    # Inside sgrad's training steps plain SGD may scale the spent gradient in place; a public update never does.
+    rng = np.random.default_rng(0)
+    layer = Layer(4, 3, "tanh", update_rule=rule, seed=0)
+    layer.forward(rng.random((5, 4)))
+    layer.backward(rng.random((5, 3)))
+    kept = {name: grad for name, grad in layer.gradients.items()}
+    copies = {name: grad.copy() for name, grad in kept.items()}
+    layer.update(0.1)
+    for name in kept:
+        np.testing.assert_array_equal(kept[name], copies[name], err_msg=name)
