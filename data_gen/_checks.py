@@ -12,6 +12,13 @@ import numpy as np
 Seed = int | np.random.SeedSequence | None
 
 
+def check_bool(value: Any, name: str) -> bool:
+    """Return ``value`` as a bool if it is True or False (a NumPy bool too): a string such as "no" is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
 def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
     """Return ``value`` as an int if it is an integer ``>= minimum``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

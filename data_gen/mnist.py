@@ -27,7 +27,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from ._checks import Seed, check_positive_int, make_rng
+from ._checks import Seed, check_bool, check_positive_int, make_rng
 
 DEFAULT_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 FILENAME = "mnist.npz"
@@ -94,6 +94,8 @@ def load_mnist(path: str | os.PathLike[str] | None = None, *, verify: bool = Tru
     Raises ``MnistNotFoundError`` (a ``FileNotFoundError``) naming every place it looked and
     how to provide the file.
     """
+    verify = check_bool(verify, "verify")
+    download = check_bool(download, "download")
     if path is not None:
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be the path of an {FILENAME} archive or of a folder holding one, "

@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from data_gen._checks import Seed, check_positive_int, make_rng
+from data_gen._checks import Seed, check_bool, check_positive_int, make_rng
 
-__all__ = ["Seed", "check_batch", "check_batch_rows", "check_condition", "check_float_dtype", "check_learning_rate",
-           "check_module", "check_number", "check_positive_int", "check_same_shape", "check_widths", "forward_made_here",
-           "make_rng"]
+__all__ = ["Seed", "check_batch", "check_batch_rows", "check_bool", "check_condition", "check_float_dtype",
+           "check_learning_rate", "check_module", "check_number", "check_positive_int", "check_same_shape",
+           "check_widths", "forward_made_here", "make_rng"]
 
 
 def check_learning_rate(value: Any, name: str = "alpha") -> float:

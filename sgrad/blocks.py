@@ -192,6 +192,7 @@ def dense_block(input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndar
 
     With batch norm the linear map has no bias: the norm's shift beta plays its part.
     """
+    batchnorm = _validation.check_bool(batchnorm, "batchnorm")
     rng = _validation.make_rng(seed, rng)
     linear = Layer(input_dim, output_dim, "identity", bias=not batchnorm, init=init, update_rule=update_rule,
                    rng=rng, dtype=dtype)

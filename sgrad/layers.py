@@ -64,7 +64,7 @@ class Layer:
             raise TypeError(f"dtype must be a floating type such as np.float64; got {self.dtype}")
         rng = _validation.make_rng(seed, rng)
         self.weights = initialize(init, (self.input_dim, self.output_dim), rng, self.dtype)
-        self.bias = np.zeros(self.output_dim, dtype=self.dtype) if bias else None
+        self.bias = np.zeros(self.output_dim, dtype=self.dtype) if _validation.check_bool(bias, "bias") else None
         self.update_rule = get_update_rule(update_rule)
         self.update_state = {name: self.update_rule.init_state(p) for name, p in self.parameters.items()}
         self.input = None

@@ -41,6 +41,7 @@ class SGD(UpdateRule):
     """Plain gradient descent, the blog's rule: ``param -= lr * grad``."""
 
     def step(self, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray], lr: float) -> None:
+        _check_gradient(param, grad)
         param -= lr * grad
 
     def _step_spending(self, param, grad, state, lr):
@@ -58,6 +59,7 @@ class Momentum(UpdateRule):
         return {"velocity": np.zeros_like(param)}
 
     def step(self, param: np.ndarray, grad: np.ndarray, state: dict[str, np.ndarray], lr: float) -> None:
+        _check_gradient(param, grad)
         velocity = state["velocity"]
         velocity *= self.momentum
         velocity -= lr * grad
@@ -71,7 +73,9 @@ class Adam(UpdateRule):
         self.beta1 = _check_fraction(beta1, "beta1")
         self.beta2 = _check_fraction(beta2, "beta2")
         value: object = eps  # checked as whatever the caller passed, not as the annotation promises
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < float(value) < np.inf:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"eps must be a finite number > 0, e.g. 1e-8; got {eps!r} ({type(eps).__name__})")
+        if not 0 < float(value) < np.inf:
             raise ValueError(f"eps must be a finite number > 0, e.g. 1e-8; got {eps!r}")
         self.eps = float(value)
 
@@ -79,6 +83,7 @@ class Adam(UpdateRule):
         return {"m": np.zeros_like(param), "v": np.zeros_like(param), "t": np.zeros((), dtype=np.int64)}
 
     def step(self, param: np.ndarray, grad: np.ndarray, state: dict, lr: float) -> None:
+        _check_gradient(param, grad)
         m, v = state["m"], state["v"]
         state["t"] += 1
         t = int(state["t"])
@@ -118,6 +123,15 @@ def get_update_rule(rule: str | UpdateRule | None) -> UpdateRule:
 
 
 def _check_fraction(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 <= value < 1:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number in [0, 1), e.g. 0.9; got {value!r} ({type(value).__name__})")
+    if not 0 <= value < 1:
         raise ValueError(f"{name} must be a number in [0, 1); got {value!r}")
     return float(value)
+
+
+def _check_gradient(param, grad):
+    """A gradient of another shape would be broadcast onto the parameter: refuse it."""
+    if not isinstance(grad, np.ndarray) or grad.shape != param.shape:
+        got = f"shape {grad.shape}" if isinstance(grad, np.ndarray) else type(grad).__name__
+        raise ValueError(f"grad must be an array of the parameter's shape {param.shape}; got {got}")

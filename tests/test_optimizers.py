@@ -87,21 +87,31 @@ def test_get_update_rule_rejects_anything_else(bad):
         get_update_rule(bad)
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: Momentum(momentum=1.0), r"momentum must be a number in \[0, 1\); got 1.0"),
-    (lambda: Momentum(momentum=-0.1), r"momentum must be a number in \[0, 1\); got -0.1"),
-    (lambda: Momentum(momentum="0.9"), r"momentum must be a number in \[0, 1\); got '0.9'"),
-    (lambda: Adam(beta1=1.0), r"beta1 must be a number in \[0, 1\); got 1.0"),
-    (lambda: Adam(beta2=1.5), r"beta2 must be a number in \[0, 1\); got 1.5"),
-    (lambda: Adam(eps=0.0), r"eps must be a finite number > 0, e.g. 1e-8; got 0.0"),
-    (lambda: Adam(eps=float("nan")), r"eps must be a finite number > 0, e.g. 1e-8; got nan"),
-    (lambda: Adam(eps=float("inf")), r"eps must be a finite number > 0, e.g. 1e-8; got inf"),
-    (lambda: Adam(eps="1"), r"eps must be a finite number > 0, e.g. 1e-8; got '1'"),
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: Momentum(momentum=1.0), ValueError, r"momentum must be a number in \[0, 1\); got 1.0"),
+    (lambda: Momentum(momentum=-0.1), ValueError, r"momentum must be a number in \[0, 1\); got -0.1"),
+    (lambda: Momentum(momentum="0.9"), TypeError, r"momentum must be a number in \[0, 1\), e.g. 0.9; got '0.9' \(str\)"),
+    (lambda: Adam(beta1=1.0), ValueError, r"beta1 must be a number in \[0, 1\); got 1.0"),
+    (lambda: Adam(beta2=1.5), ValueError, r"beta2 must be a number in \[0, 1\); got 1.5"),
+    (lambda: Adam(eps=0.0), ValueError, r"eps must be a finite number > 0, e.g. 1e-8; got 0.0"),
+    (lambda: Adam(eps=float("nan")), ValueError, r"eps must be a finite number > 0, e.g. 1e-8; got nan"),
+    (lambda: Adam(eps=float("inf")), ValueError, r"eps must be a finite number > 0, e.g. 1e-8; got inf"),
+    (lambda: Adam(eps="1"), TypeError, r"eps must be a finite number > 0, e.g. 1e-8; got '1' \(str\)"),
 ], ids=["momentum_one", "momentum_negative", "momentum_string", "beta1_one", "beta2_above_one",
         "eps_zero", "eps_nan", "eps_inf", "eps_string"])
-def test_bad_hyperparameters_raise(make, message):
-    with pytest.raises(ValueError, match=message):
+def test_bad_hyperparameters_raise(make, error, message):
+    with pytest.raises(error, match=message):
         make()
+
+
+@pytest.mark.parametrize("rule", [SGD(), Momentum(), Adam()], ids=["sgd", "momentum", "adam"])
+@pytest.mark.parametrize("grad", [np.ones(2), np.ones((2, 3)), [[1.0, 1.0]] * 3], ids=["row", "transposed", "list"])
+def test_a_gradient_of_another_shape_is_refused_not_broadcast(rule, grad):
+    param = np.zeros((3, 2))
+    state = rule.init_state(param)
+    with pytest.raises(ValueError, match=r"grad must be an array of the parameter's shape \(3, 2\); got"):
+        rule.step(param, grad, state, 0.1)
+    np.testing.assert_array_equal(param, 0.0)
 
 
 def test_base_rule_step_is_not_implemented():
