@@ -31,7 +31,7 @@ class _Decoupled:
     """The two DNI steps, shared by :class:`DNI` (a blog-style layer) and :class:`DNIBlock` (any block).
 
     Needs ``generator``, ``alpha``, ``generator_alpha``, ``condition_dim``,
-    ``input_dim``, ``update(alpha)``, and ``_module_forward`` / ``_module_backward``.
+    ``input_dim``, ``update(alpha)`` (or ``_update(alpha, spend)``), and ``_module_forward`` / ``_module_backward``.
     """
 
     def forward_and_synthetic_update(self: Any, input: np.ndarray, condition: np.ndarray | None = None, *,
