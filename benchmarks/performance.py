@@ -13,8 +13,10 @@ batch 256; x random in [0, 1), one-hot labels):
    preallocated arrays (``np.matmul(..., out=...)``);
 5. binary-addition data generation (``data_gen.generate_dataset``) against the
    blog's per-example Python loop;
-6. the peak memory (ru_maxrss) of a short ``sgrad paper`` run on the full MNIST
-   training set, in a subprocess.
+6. the peak memory (VmHWM) of a short ``sgrad paper`` run on the full MNIST
+   training set, in a subprocess;
+7. NumPy's own floor: the backprop BN f32 step written out flat
+   (:func:`fused_numpy_step`: no modules, no checks, updates in place).
 
 Every timing is the median over rounds that alternate sgrad, PyTorch and the
 limit, and every ratio is the median over rounds of the ratio within a round:

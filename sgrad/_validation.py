@@ -14,7 +14,7 @@ from data_gen._checks import Seed, check_bool, check_positive_int, make_rng
 
 __all__ = ["Seed", "check_batch", "check_batch_rows", "check_bool", "check_condition", "check_float_dtype",
            "check_learning_rate", "check_module", "check_number", "check_positive_int", "check_same_shape",
-           "check_widths", "forward_made_here", "make_rng"]
+           "check_widths", "backward_made_here", "forward_made_here", "make_rng"]
 
 
 def check_learning_rate(value: Any, name: str = "alpha") -> float:
@@ -117,6 +117,15 @@ def forward_made_here(module: Any, x: np.ndarray) -> np.ndarray:
     if inner is None or x.shape[1] != getattr(module, "input_dim", None):
         return module.forward(x)
     return inner(x)
+
+
+def backward_made_here(module: Any, delta: np.ndarray, input_delta: bool = True) -> np.ndarray | None:
+    """``module.backward(delta, input_delta=...)`` for a delta that sgrad has just made: its own modules take it
+    unchecked (``_backward``); any other module gets its public ``backward``."""
+    inner = getattr(module, "_backward", None)
+    if inner is None:
+        return module.backward(delta, input_delta=input_delta)
+    return inner(delta, input_delta)
 
 
 def check_batch(array: Any, name: str, width: int | None = None, *, width_name: str = "features") -> np.ndarray:

@@ -17,10 +17,10 @@ from numpy.typing import DTypeLike
 
 from data_gen._checks import Seed
 
-from . import _validation
+from . import _validation, kernels
 from .batchnorm import BatchNorm
 from .layers import Layer
-from .nonlinearities import relu, relu_out2deriv, resolve_nonlinearity
+from .nonlinearities import relu, resolve_nonlinearity
 from .optimizers import UpdateRule
 
 
@@ -56,11 +56,7 @@ class Activation:
         return self._backward(output_delta, input_delta)
 
     def _backward(self, output_delta, input_delta=True):
-        if not input_delta:
-            return None
-        if self.nonlin_deriv is relu_out2deriv:  # ReLU's derivative as a boolean mask: no float copy of it
-            return np.multiply(output_delta, self.output > 0)
-        return output_delta * self.nonlin_deriv(self.output)
+        return kernels.times_derivative(output_delta, self.output, self.nonlin_deriv) if input_delta else None
 
     def update(self, alpha: float) -> None:
         """Nothing to learn."""

@@ -221,10 +221,7 @@ class DNIBlock(_Decoupled):
 
     def _module_backward(self, output_delta, input_delta=True):
         # forward_and_synthetic_update has checked ĝ, or made it with one of sgrad's generators.
-        inner = getattr(self.block, "_backward", None)
-        if inner is None:
-            return self.block.backward(output_delta, input_delta=input_delta)
-        return inner(output_delta, input_delta)
+        return _validation.backward_made_here(self.block, output_delta, input_delta)
 
     def __repr__(self) -> str:
         return f"DNIBlock({self.block!r}, generator={type(self.generator).__name__})"

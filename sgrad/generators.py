@@ -116,19 +116,12 @@ class Generator:
             raise ValueError("update() after update(): the last forward pass used the old weights; "
                              "call forward(h) again first")
         loss, dprediction = regression_loss(self.synthetic_gradient, target)
-        self._net_backward(dprediction)
+        # [h, c] is the generator's data: no delta for it; dprediction is made here, so it goes unchecked.
+        _validation.backward_made_here(self.net, dprediction, False)
         self._gradients = dict(self.net.gradients)
         self.net.update(alpha)
         self._updated = True
         return loss
-
-    def _net_backward(self, dprediction):
-        """Backpropagate the regression's gradient through the net; [h, c] is data: no delta for it."""
-        inner = getattr(self.net, "_backward", None)  # sgrad's modules: dprediction is made here, unchecked
-        if inner is None:
-            self.net.backward(dprediction, input_delta=False)
-        else:
-            inner(dprediction, False)
 
     def _check(self, h, condition):
         _validation.check_batch(h, "h", self.output_dim, width_name="the generator's output_dim")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .nonlinearities import identity_out2deriv
+from .nonlinearities import identity_out2deriv, relu_out2deriv
 
 
 def column_sums(a: np.ndarray) -> np.ndarray:
@@ -19,6 +19,19 @@ def column_sums(a: np.ndarray) -> np.ndarray:
     several times faster than NumPy's reduction over the first axis.
     """
     return np.ones(a.shape[0], dtype=a.dtype) @ a
+
+
+def row_sums(a: np.ndarray) -> np.ndarray:
+    """Sums along the rows of a (batch, classes) array, as a matrix-vector product ``a @ ones``
+    (NumPy's reduction along short rows is several times slower)."""
+    return a @ np.ones(a.shape[1], dtype=a.dtype)
+
+
+def times_derivative(dh: np.ndarray, h: np.ndarray, nonlin_deriv: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """``dh * nonlin'(z)``, from the output h; ReLU's derivative is applied as a boolean mask, with no float copy."""
+    if nonlin_deriv is relu_out2deriv:
+        return np.multiply(dh, h > 0)
+    return dh * nonlin_deriv(h)
 
 
 def linear_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
@@ -65,7 +78,7 @@ def dense_backward(dh: np.ndarray, x: np.ndarray, h: np.ndarray, weights: np.nda
     ``input_delta=False`` skips dx (None), as :func:`linear_backward` does.
     """
     # The identity's derivative is 1: dz is dh itself, without an array of ones to multiply by.
-    dz = dh if nonlin_deriv is identity_out2deriv else dh * nonlin_deriv(h)
+    dz = dh if nonlin_deriv is identity_out2deriv else times_derivative(dh, h, nonlin_deriv)
     dx, dweights, dbias = linear_backward(dz, x, weights, with_bias, input_delta)
     return dx, dweights, dbias, dz
 

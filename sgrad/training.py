@@ -164,7 +164,8 @@ def backprop_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: 
     """
     trainable = 0 if trainable is None else trainable
     h = layers[0].forward(x)
-    _check_rows(layers[1:], h.shape[0])
+    for layer in layers[1:]:  # the bottom layer refused a one-row batch for its own batch norm, if any
+        _validation.check_batch_rows(layer, h.shape[0])
     for layer in layers[1:]:
         h = _validation.forward_made_here(layer, h)
     loss, delta = loss_fn(h, y)
@@ -172,18 +173,12 @@ def backprop_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: 
     for k in range(top, trainable - 1, -1):
         # The lowest learning layer's input delta would go nowhere: skip its matrix product.
         wanted = k > trainable
-        if k < top and hasattr(layers[k], "_backward"):
-            delta = layers[k]._backward(delta, wanted)
+        if k < top:  # the delta came from the layer above
+            delta = _validation.backward_made_here(layers[k], delta, wanted)
         else:
             delta = layers[k].backward(delta, input_delta=wanted)
         update_module(layers[k], alpha, spend=True)  # no one else has seen these gradients
     return loss
-
-
-def _check_rows(layers: Sequence[Any], rows: int) -> None:
-    """Refuse a one-row batch for a stack with batch norm above its bottom layer (which checks its own)."""
-    for layer in layers:
-        _validation.check_batch_rows(layer, rows)
 
 
 def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., Any], alpha: float, *,
