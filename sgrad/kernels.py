@@ -5,11 +5,20 @@ No state, no printing, no checks: the classes in :mod:`sgrad.layers`,
 call these.  Shapes use ``batch`` for the number of examples.
 """
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
 from .nonlinearities import identity_out2deriv, relu_out2deriv
+
+
+@functools.lru_cache(maxsize=64)
+def _ones(length: int, dtype: np.dtype) -> np.ndarray:
+    """A read-only vector of ones, made once per length and dtype (a training step asks for the same few)."""
+    ones = np.ones(length, dtype=dtype)
+    ones.flags.writeable = False
+    return ones
 
 
 def column_sums(a: np.ndarray) -> np.ndarray:
@@ -18,13 +27,13 @@ def column_sums(a: np.ndarray) -> np.ndarray:
     The same sums as ``a.sum(axis=0)``, but the product runs in the BLAS,
     several times faster than NumPy's reduction over the first axis.
     """
-    return np.ones(a.shape[0], dtype=a.dtype) @ a
+    return _ones(a.shape[0], a.dtype) @ a
 
 
 def row_sums(a: np.ndarray) -> np.ndarray:
     """Sums along the rows of a (batch, classes) array, as a matrix-vector product ``a @ ones``
     (NumPy's reduction along short rows is several times slower)."""
-    return a @ np.ones(a.shape[1], dtype=a.dtype)
+    return a @ _ones(a.shape[1], a.dtype)
 
 
 def times_derivative(dh: np.ndarray, h: np.ndarray, nonlin_deriv: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:

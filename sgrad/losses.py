@@ -69,13 +69,14 @@ def softmax_cross_entropy(logits: np.ndarray, labels: np.ndarray, reduction: str
     (times the reduction's scale).
     """
     _validation.check_batch(logits, "logits")
-    target = _as_target_distribution(labels, logits)
+    target, mass = _as_target_distribution(labels, logits)
     shifted = logits - _row_maxima(logits)[:, None]
     exp = np.exp(shifted)
     sums = kernels.row_sums(exp)
-    log_probs = shifted - np.log(sums)[:, None]
-    value, scale = _reduce(-np.einsum("ij,ij->i", target, log_probs), reduction)
-    gradient = exp / sums[:, None]  # softmax(logits)
+    # -sum_j t_ij * log(softmax_ij) = mass_i * log(sums_i) - sum_j t_ij * shifted_ij, with mass_i = sum_j t_ij
+    # (1 for one-hot rows): no array of log-probabilities.
+    value, scale = _reduce(np.log(sums) * mass - np.einsum("ij,ij->i", target, shifted), reduction)
+    gradient = np.divide(exp, sums[:, None], out=exp)  # softmax(logits)
     gradient -= target
     if scale != 1.0:
         gradient *= scale
@@ -97,7 +98,7 @@ def get_loss(name: str) -> Callable[..., LossResult]:
 def _reduce(per_example, reduction):
     """The reduced value of per-example losses, and the factor that scales each example's gradient."""
     if reduction == "mean":
-        return float(per_example.mean()), 1.0 / per_example.shape[0]
+        return float(per_example.sum()) / per_example.shape[0], 1.0 / per_example.shape[0]
     if reduction == "sum":
         return float(per_example.sum()), 1.0
     if reduction == "none":
@@ -111,6 +112,7 @@ def _check_pair(prediction, target):
 
 
 def _as_target_distribution(labels, logits):
+    """``(target, mass)``: the labels as rows of class probabilities, checked, and each row's sum."""
     shape = logits.shape
     batch, classes = shape
     if not isinstance(labels, np.ndarray):
@@ -135,16 +137,17 @@ def _as_target_distribution(labels, logits):
             )
         onehot = np.zeros(shape, dtype=logits.dtype)
         onehot[np.arange(batch), labels] = 1.0
-        return onehot
+        return onehot, 1.0
     if labels.dtype.kind != "f" or labels.shape != shape:
         _validation.check_batch(labels, "labels", classes, width_name="classes")  # its message for dtype and width
         raise ValueError(f"one-hot labels must have the logits' shape {shape}; got {labels.shape}")
     # Non-negative rows that sum to 1 within allclose's default tolerance (1e-5 + 1e-8).  NaN or inf fails
     # one of the two (a NaN minimum or row sum compares false; -inf is caught by the minimum first).
-    if not (labels.min() >= 0 and np.abs(kernels.row_sums(labels) - 1.0).max() <= 1e-5 + 1e-8):
+    mass = kernels.row_sums(labels)
+    if not (labels.min() >= 0 and np.abs(mass - 1.0).max() <= 1e-5 + 1e-8):
         _validation.check_batch(labels, "labels", classes, width_name="classes")  # NaN or inf: its message
         raise ValueError("2-D labels must be one-hot or probability rows: non-negative, each row summing to 1")
-    return labels
+    return labels, mass
 
 
 

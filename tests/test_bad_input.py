@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import data_gen
 from data_gen.mnist import MnistNotFoundError, load_mnist, prepare_mnist
@@ -506,3 +508,22 @@ def test_bad_command_line_exits_2_with_one_readable_line(args, fragment, tmp_pat
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert fragment in result.stderr, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@given(rows=st.integers(1, 40), columns=st.integers(1, 40), dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+       order=st.sampled_from("CF"), bad=st.sampled_from([np.nan, np.inf, -np.inf]), data=st.data())
+def test_a_single_nan_or_inf_anywhere_in_a_layers_input_is_found(rows, columns, dtype, order, bad, data):
+    # check_batch first tests the column sums, which a NaN or inf always spoils: this pins that shortcut.
+    row = data.draw(st.integers(0, rows - 1), label="row")
+    column = data.draw(st.integers(0, columns - 1), label="column")
+    x = np.asarray(np.random.default_rng(rows * columns).random((rows, columns)), dtype=dtype, order=order)
+    x[row, column] = bad
+    with pytest.raises(ValueError, match=rf"input holds NaN or inf \(first in row {row}\)"):
+        Layer(columns, 2, "relu", seed=0, dtype=dtype).forward(x)
+
+
+@pytest.mark.parametrize("dtype, huge", [(np.float16, 6e4), (np.float32, 3e38), (np.float64, 1.7e308)])
+def test_finite_input_whose_column_sums_overflow_is_accepted(dtype, huge):
+    x = np.full((8, 3), huge, dtype=dtype)
+    with np.errstate(over="ignore"):
+        assert Layer(3, 2, "identity", seed=0, dtype=dtype).predict(x).shape == (8, 2)

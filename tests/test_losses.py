@@ -94,6 +94,21 @@ def test_integer_and_onehot_labels_give_the_same_loss():
     np.testing.assert_allclose(grad_int, grad_hot, rtol=1e-15)
 
 
+def test_softmax_cross_entropy_of_probability_rows_is_the_definition():
+    # Soft labels whose rows sum to 1 only within the accepted 1e-5: the value is -sum(t * log softmax) as written,
+    # rows of another mass included.
+    rng = np.random.default_rng(6)
+    logits = 3.0 * rng.standard_normal((5, 4))
+    labels = rng.dirichlet(np.ones(4), size=5)
+    labels[1] *= 1 + 8e-6
+    labels[3] *= 1 - 8e-6
+    log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    for reduction, scale in (("sum", 1.0), ("mean", 1 / 5)):
+        value, grad = softmax_cross_entropy(logits, labels, reduction=reduction)
+        assert value == pytest.approx(-scale * np.sum(labels * log_softmax), rel=1e-13)
+        np.testing.assert_allclose(grad, scale * (np.exp(log_softmax) - labels), rtol=1e-12, atol=1e-15)
+
+
 def test_softmax_rows_sum_to_one_for_huge_logits():
     p = softmax(np.array([[1e4, 0.0, -1e4], [3.0, 3.0, 3.0]]))
     np.testing.assert_allclose(p, [[1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3]], rtol=1e-15, atol=0)
