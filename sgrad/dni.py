@@ -82,10 +82,11 @@ class _Decoupled:
         return self.generator.update(target_gradient, self.generator_alpha)
 
     def _update_synthetic_weights(self: Any, target_gradient):
-        """``update_synthetic_weights`` for a target that sgrad made: an sgrad generator does not re-check it."""
+        """``update_synthetic_weights`` inside a training step, for a target that sgrad made: an sgrad
+        generator does not re-check it, and spends its gradients (``generator.gradients`` is left empty)."""
         if self.synthetic_gradient is not None and \
                 getattr(self.generator.update, "__func__", None) is Generator.update:
-            return self.generator._update(target_gradient, self.generator_alpha)
+            return self.generator._update(target_gradient, self.generator_alpha, spend=True)
         return self.update_synthetic_weights(target_gradient)
 
 

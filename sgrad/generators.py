@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import _validation
-from .blocks import Sequential, dense_block
+from .blocks import Sequential, dense_block, update_module
 from .layers import Layer
 from .nonlinearities import sigmoid
 
@@ -72,7 +72,8 @@ class Generator:
 
     @property
     def gradients(self) -> dict[str, np.ndarray]:
-        """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters`."""
+        """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters` (empty after a training
+        step's update, e.g. :func:`sgrad.training.dni_step`, which spends them)."""
         return self._gradients
 
     def train(self, mode: bool = True) -> "Generator":
@@ -109,8 +110,13 @@ class Generator:
         _validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
         return self._update(target, alpha)
 
-    def _update(self, target, alpha):
-        """``update`` for a target that sgrad made itself (a DNI stack's bootstrapped delta): not re-checked."""
+    def _update(self, target, alpha, spend=False):
+        """``update`` for a target that sgrad made itself (a DNI stack's bootstrapped delta): not re-checked.
+
+        ``spend``: the caller (a training step) keeps no gradients, so the update
+        rule may overwrite them (see :func:`sgrad.blocks.update_module`) and
+        ``gradients`` is left empty, as a :class:`~sgrad.Layer`'s is after its update.
+        """
         alpha = _validation.check_learning_rate(alpha)
         if self._updated:
             raise ValueError("update() after update(): the last forward pass used the old weights; "
@@ -118,8 +124,8 @@ class Generator:
         loss, dprediction = regression_loss(self.synthetic_gradient, target)
         # [h, c] is the generator's data: no delta for it; dprediction is made here, so it goes unchecked.
         _validation.backward_made_here(self.net, dprediction, False)
-        self._gradients = dict(self.net.gradients)
-        self.net.update(alpha)
+        self._gradients = {} if spend else dict(self.net.gradients)
+        update_module(self.net, alpha, spend)
         self._updated = True
         return loss
 

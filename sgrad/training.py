@@ -206,7 +206,7 @@ def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Calla
     _validation.check_batch_rows(top, h.shape[0])
     loss, g = loss_fn(_validation.forward_made_here(top, h), y)
     top_delta = top.backward(g)
-    top.update(alpha)
+    update_module(top, alpha, spend=True)  # no one else has seen these gradients
     if targets is None:
         # Layer k's target is what layer k+1 returned: ĝ_{k+1} backpropagated one layer.  sgrad made
         # these, so sgrad's DNI layers take them unchecked.

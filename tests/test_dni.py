@@ -366,3 +366,6 @@ def test_dni_step_equals_each_layers_public_calls():
                 continue
             for name, param in owner_a.parameters.items():
                 np.testing.assert_array_equal(param, owner_b.parameters[name], err_msg=name)
+    # The step spent the generators' gradients (updated in place of a temporary); the public calls keep them.
+    assert [layer.generator.gradients for layer in fast[:2]] == [{}, {}]
+    assert all(set(layer.generator.gradients) == {"weights", "bias"} for layer in slow[:2])
