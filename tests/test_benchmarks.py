@@ -1,6 +1,9 @@
-"""The performance benchmark's own pieces: its flat NumPy floor computes sgrad's step, its limit counts the products."""
+"""The benchmarks' own pieces: the flat NumPy floor computes sgrad's step, the limit counts the products, and the
+profiling loop runs a row and sums a profile."""
 
 import pathlib
+import re
+import subprocess
 import sys
 
 import numpy as np
@@ -36,3 +39,25 @@ def test_the_limit_counts_the_products_sgrads_backprop_step_does():
     batch = performance.BATCH
     expected = 2 * batch * (2 * 784 * 256 + 3 * 256 * 256 + 3 * 256 * 10) / 1e9
     assert gflop == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_profiling_loop_runs_a_benchmark_row_and_reports_its_time():
+    script = pathlib.Path(performance.__file__).with_name("profile_step.py")
+    result = subprocess.run([sys.executable, str(script), "--case", "1", "--steps", "3"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(r"\d+\.\d{3} ms per step\n", result.stdout), result.stdout
+
+
+def test_profile_shares_count_the_innermost_sgrad_line_of_each_sample_inside_a_step():
+    profile_step = pytest.importorskip("profile_step")
+    step = "<module> (profile_step.py:9);backprop_step (/x/sgrad/training.py:160)"
+    lines = [f"{step};linear_forward (/x/sgrad/kernels.py:51) 6",
+             f"{step};Sequential._forward (/x/sgrad/blocks.py:128);batchnorm_forward (/x/sgrad/batchnorm.py:28);"
+             "einsum (/x/numpy/_core/einsumfunc.py:1610) 3",
+             f"{step} 1",
+             "<module> (profile_step.py:3);_find_and_load (<frozen importlib._bootstrap>:1176) 50"]
+    total, rows = profile_step.shares(lines)
+    assert total == 10
+    assert rows == [(0.6, "linear_forward (kernels.py:51)"), (0.3, "batchnorm_forward (batchnorm.py:28)"),
+                    (0.1, "backprop_step (training.py:160)")]
