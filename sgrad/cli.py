@@ -14,7 +14,7 @@ from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 from .comparison import compare, print_progress, results_table
 from .nonlinearities import NONLINEARITIES
 from .paper import GENERATORS, PAPER_METHODS, PaperConfig
-from .training import METHODS, TrainConfig
+from .training import DTYPES, METHODS, TrainConfig
 
 DEFAULTS = TrainConfig()
 PAPER_DEFAULTS = PaperConfig()
@@ -110,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("--targets", default=DEFAULTS.generator_targets, choices=("bootstrap", "true"),
                      help="what generators regress onto: 'bootstrap' (the method, default) or 'true' "
                           "(a teaching option: the true gradient)")
+    cmp.add_argument("--dtype", choices=DTYPES, default=DEFAULTS.dtype,
+                     help=f"the networks' and the data's float type (default {DEFAULTS.dtype})")
     cmp.add_argument("--seed", type=_int_at_least(0), default=DEFAULTS.seed,
                      help="fixes data, weights and batches (default 0)")
     cmp.add_argument("--out", default="results/compare",
@@ -152,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="train on this many examples drawn with --seed (default: all 60000)")
     pap.add_argument("--no-verify", action="store_true",
                      help="accept an archive in the mnist.npz layout that is not the real MNIST (no hash check)")
-    pap.add_argument("--dtype", choices=("float32", "float64"), default=PAPER_DEFAULTS.dtype)
+    pap.add_argument("--dtype", choices=DTYPES, default=PAPER_DEFAULTS.dtype)
     pap.add_argument("--seed", type=_int_at_least(0), default=0, help="fixes weights, generators and batches (default 0)")
     pap.add_argument("--data", default=None,
                      help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
@@ -175,7 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out_dir=args.out, progress=None if args.quiet else print_progress,
             epochs=args.epochs, batch_size=args.batch_size, hidden=args.hidden, nonlin=args.nonlin,
             update_rule=args.update_rule, alpha=args.lr, generator_alpha=args.generator_lr,
-            generator_targets=args.targets, seed=args.seed, checkpoint_every=args.checkpoint_every or None)
+            generator_targets=args.targets, dtype=args.dtype, seed=args.seed,
+            checkpoint_every=args.checkpoint_every or None)
     except (ValueError, TypeError, OSError) as error:
         parser.exit(2, f"sgrad compare: error: {error}\n")
     print(results_table(histories))

@@ -36,7 +36,7 @@ from .dni import DNIBlock
 from .generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from .layers import Layer
 from .losses import softmax_cross_entropy
-from .training import TrainingDiverged, backprop_step, dni_step
+from .training import DTYPES, TrainingDiverged, backprop_step, dni_step
 
 PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss")
 GENERATORS = ("linear", "mlp")
@@ -87,7 +87,7 @@ class PaperConfig:
             _validation.check_learning_rate(self.generator_alpha, "generator_alpha")
         if self.generator not in GENERATORS:
             raise ValueError(f"unknown generator {self.generator!r}; choose one of {', '.join(GENERATORS)}")
-        if self.dtype not in ("float32", "float64"):
+        if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}")
         object.__setattr__(self, "generator_hidden", tuple(int(w) for w in self.generator_hidden))
 

@@ -170,8 +170,8 @@ def test_a_different_layer_count_is_named(saved_stack):
 
 def test_a_different_shape_names_the_array_and_both_shapes(saved_stack):
     wider = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 16)))
-    with pytest.raises(CheckpointError, match=r"array '1.weights' is float64 of shape \(8, 8\) in the checkpoint but "
-                                              r"float64 of shape \(8, 16\) in this network"):
+    with pytest.raises(CheckpointError, match=r"array '1.weights' is float32 of shape \(8, 8\) in the checkpoint but "
+                                              r"float32 of shape \(8, 16\) in this network"):
         load_checkpoint(saved_stack, wider)
 
 
