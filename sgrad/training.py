@@ -67,8 +67,8 @@ class TrainConfig:
         other epochs.
     probe_size : examples of the training set on which the synthetic gradients
         are compared to the true ones after every epoch (diagnostic only).
-    dtype : 'float32' (the default: faster, and as accurate here) or 'float64'
-        for the network and the data it trains on.
+    dtype : 'float32' (the default, faster) or 'float64': the network's and the
+        data's float type.
     seed : fixes the initial weights and the batch order.
     """
 
