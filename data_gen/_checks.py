@@ -1,53 +1,12 @@
-"""Argument checks shared by data_gen and sgrad (data_gen sits below sgrad, so they live here).
+"""Checks of the datasets' own arguments (integers to encode, rows of bits).
 
+The general checks (numbers, flags, seeds) are :mod:`sgrad.validation`'s.
 Each check says what was expected, what came, and what to do.
 """
 
-import numbers
 from typing import Any
 
 import numpy as np
-
-# What a ``seed=`` argument may be: None (fresh entropy), an integer >= 0, or a SeedSequence.
-Seed = int | np.random.SeedSequence | None
-
-
-def check_bool(value: Any, name: str) -> bool:
-    """Return ``value`` as a bool if it is True or False (a NumPy bool too): a string such as "no" is refused."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
-    return bool(value)
-
-
-def check_positive_int(value: Any, name: str, *, minimum: int = 1) -> int:
-    """Return ``value`` as an int if it is an integer ``>= minimum``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {value}")
-    return int(value)
-
-
-def make_rng(seed: Seed, rng: np.random.Generator | None) -> np.random.Generator:
-    """Return a ``numpy.random.Generator`` from a ``seed`` or an ``rng``, never both.
-
-    ``seed`` is None (fresh entropy), an integer >= 0 or a ``numpy.random.SeedSequence``.
-    """
-    if rng is not None:
-        if seed is not None:
-            raise ValueError("pass either seed or rng, not both")
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(
-                f"rng must be a numpy.random.Generator (np.random.default_rng(seed)); "
-                f"got {type(rng).__name__}"
-            )
-        return rng
-    if seed is not None and not isinstance(seed, np.random.SeedSequence):
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed must be an integer such as 0, or None; got {seed!r} ({type(seed).__name__})")
-        if seed < 0:
-            raise ValueError(f"seed must be an integer >= 0; got {seed}")
-    return np.random.default_rng(seed)
 
 
 def check_integers(values: Any, name: str, *, below: int) -> np.ndarray:

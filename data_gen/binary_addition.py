@@ -15,7 +15,9 @@ import numbers
 import numpy as np
 from numpy.typing import ArrayLike
 
-from ._checks import Seed, check_bit_rows, check_integers, check_positive_int, make_rng
+from sgrad.validation import Seed, check_integer, make_rng
+
+from ._checks import check_bit_rows, check_integers
 
 MIN_OUTPUT_DIM = 2
 MAX_OUTPUT_DIM = 62  # operands and sums must fit in int64
@@ -26,7 +28,7 @@ def int_to_bits(values: ArrayLike, width: int) -> np.ndarray:
 
     Every value must fit in ``width`` bits, ``0 <= value < 2**width``.
     """
-    width = check_positive_int(width, "width")
+    width = check_integer(width, "width")
     if width > MAX_OUTPUT_DIM + 1:
         raise ValueError(f"width must be at most {MAX_OUTPUT_DIM + 1} (bits of an int64); got {width}")
     values = check_integers(values, "values", below=2**width)
@@ -70,7 +72,7 @@ def generate_dataset(output_dim: int = 8, num_examples: int = 1000, seed: Seed =
     (num_examples, 2 * output_dim) and (num_examples, output_dim).
     """
     output_dim = _check_output_dim(output_dim)
-    num_examples = check_positive_int(num_examples, "num_examples")
+    num_examples = check_integer(num_examples, "num_examples")
     rng = make_rng(seed, rng)
     a, b = rng.integers(0, 2 ** (output_dim - 1), size=(2, num_examples), dtype=np.int64)
     return encode(a, b, output_dim)
@@ -87,8 +89,8 @@ def generate_split(output_dim: int = 8, num_train: int = 1000, num_test: int = 1
     Returns ``(x_train, y_train, x_test, y_test)``.
     """
     output_dim = _check_output_dim(output_dim)
-    num_train = check_positive_int(num_train, "num_train")
-    num_test = check_positive_int(num_test, "num_test", minimum=0)
+    num_train = check_integer(num_train, "num_train")
+    num_test = check_integer(num_test, "num_test", minimum=0)
     rng = make_rng(seed, rng)
     needed = num_train + num_test
     available = 4 ** (output_dim - 1)

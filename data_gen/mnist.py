@@ -27,7 +27,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from ._checks import Seed, check_bool, check_positive_int, make_rng
+from sgrad.validation import Seed, check_bool, check_integer, make_rng
 
 DEFAULT_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 FILENAME = "mnist.npz"
@@ -170,7 +170,7 @@ def prepare_mnist(data: MnistData, *, dtype: DTypeLike = np.float32, flatten: bo
 
     x_train, y_train = data.x_train, data.y_train
     if subset is not None:
-        subset = check_positive_int(subset, "subset")
+        subset = check_integer(subset, "subset")
         if subset > len(x_train):
             raise ValueError(
                 f"subset must be at most the {len(x_train)} training examples; got {subset}")
@@ -185,7 +185,7 @@ def prepare_mnist(data: MnistData, *, dtype: DTypeLike = np.float32, flatten: bo
 
 def one_hot(labels: ArrayLike, num_classes: int = NUM_CLASSES, *, dtype: DTypeLike = np.float32) -> np.ndarray:
     """Targets for class labels: (n,) integers 0..num_classes-1 -> (n, num_classes), a 1 per row."""
-    num_classes = check_positive_int(num_classes, "num_classes")
+    num_classes = check_integer(num_classes, "num_classes")
     labels = np.asarray(labels)
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
         raise ValueError(

@@ -2,27 +2,38 @@
 
 The blog post's names are kept: :class:`Layer`, :class:`DNI`, and the
 nonlinearity pairs such as :func:`sigmoid` / :func:`sigmoid_out2deriv`.
+
+``import sgrad`` loads the library alone: the experiments (``sgrad.train``,
+``sgrad.compare``, ...) and their datasets load when first used, and
+matplotlib only where a figure is drawn.
 """
 
+import importlib
+from typing import Any
+
 from . import blackbox, checkpoint, checks
-from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .comparison import compare, results_table
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential, dense_block
-from .dni import DNI, DNIBlock
+from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .dni import DNI, DNIBlock, synthetic_step
+from .experiments.loop import TrainingDiverged
 from .generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from .layers import Layer
 from .losses import bce_with_logits, mse, softmax, softmax_cross_entropy
-from .nonlinearities import (identity, identity_out2deriv, relu, relu_out2deriv, sigmoid,
-                             sigmoid_out2deriv, tanh, tanh_out2deriv)
+from .module import Module
+from .nonlinearities import (identity, identity_out2deriv, relu, relu_out2deriv, sigmoid, sigmoid_out2deriv, tanh,
+                             tanh_out2deriv)
 from .optimizers import SGD, Adam, Momentum, UpdateRule
-from .training import METHODS, TrainConfig, TrainingDiverged, train
 
 __version__ = "0.1.0"
 
+# The binary-addition experiment, loaded on first use (it brings in data_gen).
+_EXPERIMENT = "sgrad.experiments.binary_addition"
+_LAZY = {name: _EXPERIMENT for name in ("METHODS", "TrainConfig", "train", "compare", "results_table")}
+
 __all__ = [
-    "DNI", "DNIBlock", "Layer", "LinearGenerator", "MLPGenerator", "SyntheticLossGenerator",
-    "BatchNorm", "Activation", "Sequential", "dense_block",
+    "DNI", "DNIBlock", "synthetic_step", "Layer", "Module", "LinearGenerator", "MLPGenerator",
+    "SyntheticLossGenerator", "BatchNorm", "Activation", "Sequential", "dense_block",
     "sigmoid", "sigmoid_out2deriv", "tanh", "tanh_out2deriv", "relu", "relu_out2deriv",
     "identity", "identity_out2deriv",
     "mse", "bce_with_logits", "softmax", "softmax_cross_entropy",
@@ -31,3 +42,9 @@ __all__ = [
     "checkpoint", "save_checkpoint", "load_checkpoint", "CheckpointError",
     "blackbox", "checks",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'sgrad' has no attribute {name!r}")

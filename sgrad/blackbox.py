@@ -8,15 +8,14 @@ then be injected into a network we do own with ``Layer.backward(estimate)``,
 exactly as a synthetic gradient ĝ is.
 """
 
-import numbers
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import _validation
-from ._validation import Seed
+from . import validation
+from .validation import Seed
 
 
 def estimate_gradient(f: Callable[[np.ndarray], ArrayLike], x: np.ndarray, *, num_directions: int, epsilon: float = 1e-3,
@@ -77,10 +76,10 @@ def estimate_gradient(f: Callable[[np.ndarray], ArrayLike], x: np.ndarray, *, nu
         raise TypeError(
             f"f must be a function that maps an (n, d) array to n scores; got {type(f).__name__}"
         )
-    _validation.check_batch(x, "x")
-    m = _validation.check_positive_int(num_directions, "num_directions")
-    epsilon = _check_epsilon(epsilon)
-    rng = _validation.make_rng(seed, rng)
+    validation.check_batch(x, "x")
+    m = validation.check_integer(num_directions, "num_directions")
+    epsilon = validation.check_number(epsilon, "epsilon (the finite-difference step)", above=0, example="1e-3")
+    rng = validation.make_rng(seed, rng)
 
     batch, d = x.shape
     # A normalised standard normal vector is uniform on the unit sphere.
@@ -95,20 +94,6 @@ def estimate_gradient(f: Callable[[np.ndarray], ArrayLike], x: np.ndarray, *, nu
     slopes = (shifted - base[:, None]) / epsilon  # (batch, m): the slope of f along each u_ij
     gradient_estimate = (d / m) * np.einsum("bm,bmd->bd", slopes, directions)
     return gradient_estimate.astype(x.dtype, copy=False), batch * (m + 1)
-
-
-def _check_epsilon(epsilon: Any) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real):
-        raise TypeError(
-            f"epsilon (the finite-difference step) must be a number; got {type(epsilon).__name__}"
-        )
-    epsilon = float(epsilon)
-    if not np.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(
-            f"epsilon (the finite-difference step) must be finite and > 0; got {epsilon}. "
-            "Try 1e-3 for inputs of order 1."
-        )
-    return epsilon
 
 
 def _check_scores(scores: Any, n: int) -> np.ndarray:

@@ -10,53 +10,49 @@ sit wherever a layer can, including under one DNI (:class:`sgrad.DNIBlock`):
 """
 
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
 
-from data_gen._checks import Seed
-
-from . import _validation, kernels
+from . import validation
 from .batchnorm import BatchNorm
 from .layers import Layer
-from .nonlinearities import relu, resolve_nonlinearity
+from .module import Module
+from .nonlinearities import resolve_nonlinearity
 from .optimizers import UpdateRule
 
+MODULE_METHODS = ("forward", "backward", "predict", "update")
 
-class Activation:
-    """An elementwise nonlinearity as a module of its own (no parameters)."""
 
-    # No parameters, so nothing to learn: one empty dict, shared by every Activation and never filled.
-    parameters: ClassVar[dict[str, np.ndarray]] = {}
-    gradients: ClassVar[dict[str, np.ndarray]] = {}
+class Activation(Module):
+    """An elementwise nonlinearity as a module of its own (no parameters): ``h = f(x)``."""
 
     def __init__(self, nonlin: str | Callable[[np.ndarray], np.ndarray],
                  nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
-        self.output = None
+        self.update_state = {}
+        self.output: np.ndarray | None = None
+
+    @property
+    def gradients(self) -> dict[str, np.ndarray]:
+        return {}  # nothing to learn
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        _validation.check_batch(x, "input")
+        validation.check_batch(x, "input")
         return self.nonlin(x)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        _validation.check_batch(x, "input")
-        return self._forward(x)
-
-    def _forward(self, x, overwrite=False):
-        """``forward`` unchecked; ``overwrite``: x is a fresh array that nothing else holds, so ReLU may reuse it."""
-        self.output = relu(x, out=x) if overwrite and self.nonlin is relu else self.nonlin(x)
+        validation.check_batch(x, "input")
+        self.output = self.nonlin(x)
         return self.output
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
+        """``dL/dx = dL/dh * f'(x)``, with f' computed from the output h, as in the blog's pairs."""
         if self.output is None:
             raise ValueError("backward() needs a forward pass first; call forward(x)")
-        _validation.check_same_shape(output_delta, "output_delta", self.output, "the last output")
-        return self._backward(output_delta, input_delta)
-
-    def _backward(self, output_delta, input_delta=True):
-        return kernels.times_derivative(output_delta, self.output, self.nonlin_deriv) if input_delta else None
+        validation.check_same_shape(output_delta, "output_delta", self.output, "the last output")
+        return output_delta * self.nonlin_deriv(self.output) if input_delta else None
 
     def update(self, alpha: float) -> None:
         """Nothing to learn."""
@@ -65,7 +61,7 @@ class Activation:
         return f"Activation({self.nonlin.__name__!r})"
 
 
-class Sequential:
+class Sequential(Module):
     """Modules applied one after the other; backward runs them in reverse.
 
     ``parameters`` and ``gradients`` are keyed ``'<index>.<name>'``, e.g. ``'0.weights'``.
@@ -76,7 +72,7 @@ class Sequential:
         if not self.modules:
             raise ValueError("Sequential needs at least one module")
         for index, module in enumerate(self.modules):
-            _validation.check_module(module, f"module {index} of the Sequential")
+            check_module(module, f"module {index} of the Sequential")
         sized = [m for m in self.modules if hasattr(m, "input_dim")]
         if not sized:
             raise ValueError("Sequential needs at least one module with an input_dim, such as a Layer")
@@ -86,7 +82,11 @@ class Sequential:
                                  f"gives {before.output_dim}; make each module's input_dim the last one's output_dim")
         self.input_dim = sized[0].input_dim
         self.output_dim = sized[-1].output_dim
+        self.update_state = {}
         self._stale = False  # set by update(): the last forward pass used the old parameters
+
+    def children(self) -> dict[str, Any]:
+        return {f"modules.{k}": module for k, module in enumerate(self.modules)}
 
     @property
     def parameters(self) -> dict[str, np.ndarray]:
@@ -96,100 +96,64 @@ class Sequential:
     def gradients(self) -> dict[str, np.ndarray]:
         return {f"{i}.{name}": g for i, m in enumerate(self.modules) for name, g in m.gradients.items()}
 
-    def train(self, mode: bool = True) -> "Sequential":
-        for module in self.modules:
-            if hasattr(module, "train"):
-                module.train(mode)
-        return self
-
-    def eval(self) -> "Sequential":
-        return self.train(False)
-
     def predict(self, x: np.ndarray) -> np.ndarray:
-        _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
         for module in self.modules:
             x = module.predict(x)
         return x
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        _validation.check_batch(x, "input", self.input_dim, width_name="this block's input_dim")
-        _validation.check_batch_rows(self, x.shape[0])  # before any module remembers anything
-        return self._forward(x)
-
-    def _forward(self, x):
+        if isinstance(x, np.ndarray) and x.ndim == 2:  # else the first module's forward says what is wrong
+            self.check_batch_size(x.shape[0])  # before any module remembers anything
         self._stale = False
-        # The input was checked once, above: sgrad's own modules skip their checks (``_forward``)
-        # on what the module before them made; any other module gets its public forward.
-        previous = None
         for module in self.modules:
-            if isinstance(module, Activation) and isinstance(previous, BatchNorm):
-                x = module._forward(x, overwrite=True)  # batch norm keeps no reference to its output
-            else:
-                x = getattr(module, "_forward", module.forward)(x)
-            previous = module
+            x = module.forward(x)
         return x
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
-        """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None.
-
-        The top module checks ``output_delta`` (its public ``backward``); below it,
-        sgrad's own modules take what the module above made unchecked (``_backward``).
-        """
+        """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None."""
         if self._stale:
             raise ValueError("backward() after update(): the last forward pass used the old weights; "
                              "call forward(input) again first")
-        return self._run_backward(output_delta, input_delta, checked=False)
-
-    def _backward(self, output_delta, input_delta=True):
-        """``backward`` for a caller whose ``output_delta`` sgrad made itself: no module checks it."""
-        return self._run_backward(output_delta, input_delta, checked=True)
-
-    def _run_backward(self, output_delta, input_delta, checked):
-        for k, module in enumerate(reversed(self.modules)):
-            wanted = input_delta or k < len(self.modules) - 1  # only the bottom module may skip its delta
-            if (checked or k > 0) and hasattr(module, "_backward"):
-                output_delta = module._backward(output_delta, wanted)
-            elif wanted:
-                output_delta = module.backward(output_delta)
-            else:
-                output_delta = module.backward(output_delta, input_delta=False)
-        return output_delta
+        delta: np.ndarray | None = output_delta
+        for module in reversed(self.modules[1:]):
+            delta = module.backward(delta)
+        return self.modules[0].backward(delta, input_delta=input_delta)
 
     def update(self, alpha: float) -> None:
-        self._update(alpha, spend=False)
-
-    def _update(self, alpha, spend):
-        """``update``; ``spend`` is passed on to the modules that take it (see :meth:`sgrad.Layer.update`)."""
-        _validation.check_learning_rate(alpha)
+        validation.check_learning_rate(alpha)
         for module in self.modules:
             if module.parameters:
-                update_module(module, alpha, spend)
+                module.update(alpha)
         self._stale = True
 
     def __repr__(self) -> str:
         return "Sequential([" + ", ".join(map(repr, self.modules)) + "])"
 
 
-def update_module(module: Any, alpha: float, spend: bool) -> None:
-    """``module.update(alpha)``; sgrad's own modules take ``spend``: the caller holds no other reference to
-    the gradients, so an update rule may overwrite them (plain SGD then needs no temporary array)."""
-    inner = getattr(module, "_update", None)
-    if inner is None:
-        module.update(alpha)
-    else:
-        inner(alpha, spend)
+def check_module(module: Any, name: str, *, sized: bool = False) -> None:
+    """Check that ``module`` follows the Layer convention: forward, backward, predict, update and parameters.
+
+    ``sized=True`` also asks for ``input_dim`` and ``output_dim``, as a block under a DNI needs.
+    """
+    missing = [method for method in MODULE_METHODS if not callable(getattr(module, method, None))]
+    attributes = ("parameters", "input_dim", "output_dim") if sized else ("parameters",)
+    missing += [attribute for attribute in attributes if not hasattr(module, attribute)]
+    if missing:
+        kind = "a Layer or a Sequential block" if sized else "a module such as a Layer, BatchNorm or Activation"
+        raise TypeError(f"{name} must be {kind} (with {', '.join(MODULE_METHODS + attributes)}); "
+                        f"got {type(module).__name__}, which lacks {', '.join(missing)}")
 
 
 def dense_block(input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray] = "relu", *,
                 batchnorm: bool = True, init: str | np.ndarray = "he", update_rule: str | UpdateRule | None = None,
-                seed: Seed = None, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64
+                seed: validation.Seed = None, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64
                 ) -> Sequential:
     """The paper's hidden block: Linear→BatchNorm→nonlinearity (or Linear→nonlinearity without batch norm).
 
     With batch norm the linear map has no bias: the norm's shift beta plays its part.
     """
-    batchnorm = _validation.check_bool(batchnorm, "batchnorm")
-    rng = _validation.make_rng(seed, rng)
+    batchnorm = validation.check_bool(batchnorm, "batchnorm")
+    rng = validation.make_rng(seed, rng)
     linear = Layer(input_dim, output_dim, "identity", bias=not batchnorm, init=init, update_rule=update_rule,
                    rng=rng, dtype=dtype)
     modules: list[Any] = [linear]

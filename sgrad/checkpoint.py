@@ -22,9 +22,11 @@ import pathlib
 import tempfile
 import zipfile
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import IO, Any, NamedTuple
 
 import numpy as np
+
+from .module import Module
 
 FORMAT = "sgrad-checkpoint"
 FORMAT_VERSION = 1
@@ -96,11 +98,22 @@ def save_checkpoint(path: PathLike, network: Network, *, metadata: dict | None =
     payload = {_NETWORK + name: value for name, value in network_state(network).items()}
     payload.update({_EXTRA + name: np.asarray(value) for name, value in (extra or {}).items()})
     payload[_METADATA] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    return atomic_write(path, lambda file: _write_npz(file, payload))
+
+
+def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> pathlib.Path:
+    """Call ``write(file)`` on a temporary file beside ``path``, then rename it over ``path``.
+
+    If ``write`` fails or the process is killed, the old file at ``path`` is
+    still there and whole: the rename is the only step that touches it.
+    Makes the folder if needed; returns the path.
+    """
+    path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
-            _write_npz(file, payload)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
@@ -208,44 +221,44 @@ def _differences(saved, expected):
 
 
 def _slots(network):
-    """``{name: (owner, key)}`` for every array training changes; the owner is a module or a state dict."""
-    if isinstance(network, (list, tuple)):
-        slots = {}
-        for k, module in enumerate(network):
-            slots.update(_module_slots(module, f"{k}."))
-        return slots
-    return _module_slots(network, "")
+    """``{name: (owner, key)}`` for every array training changes; the owner is a module or a state dict.
 
-
-def _module_slots(module, prefix):
+    The names follow the module tree (:meth:`sgrad.module.Module.submodules`):
+    a list's modules are named by their index, and every module's arrays by
+    the path that reaches it, e.g. ``'0.block.modules.1.running_mean'``.
+    """
+    tops = [(str(k), module) for k, module in enumerate(network)] if isinstance(network, (list, tuple)) \
+        else [("", network)]
     slots = {}
-    if hasattr(module, "update_state"):  # a module that owns its parameters: Layer, DNI, BatchNorm
-        for name in module.parameters:
-            slots[prefix + name] = (module, name)
-            for key in module.update_state[name]:
-                slots[f"{prefix}update_state.{name}.{key}"] = (module.update_state[name], key)
-    for name in ("running_mean", "running_var"):  # batch norm's statistics
-        if isinstance(getattr(module, name, None), np.ndarray):
-            slots[prefix + name] = (module, name)
-    for k, child in enumerate(getattr(module, "modules", ())):
-        slots.update(_module_slots(child, f"{prefix}modules.{k}."))
-    for name in ("block", "generator", "net"):
-        child = getattr(module, name, None)
-        if child is not None:
-            slots.update(_module_slots(child, f"{prefix}{name}."))
-    _check_reached(module, slots, prefix)
+    for prefix, top in tops:
+        if not isinstance(top, Module):
+            raise TypeError(f"cannot checkpoint {type(top).__name__} at {prefix or 'the top'}: "
+                            "build the network from sgrad's modules (Layer, DNI, blocks, generators)")
+        for path, module in top.submodules(prefix):
+            base = f"{path}." if path else ""
+            if not isinstance(module, Module):
+                if getattr(module, "parameters", None):
+                    raise TypeError(f"cannot checkpoint {type(module).__name__} at {path}: it is not an sgrad "
+                                    "Module, so its arrays cannot be named; build it from sgrad's modules")
+                continue
+            for name in module.own_parameters():
+                slots[base + name] = (module, name)
+                for key in module.update_state[name]:
+                    slots[f"{base}update_state.{name}.{key}"] = (module.update_state[name], key)
+            for name in module.buffers():
+                slots[base + name] = (module, name)
+        _check_reached(top, slots, prefix)
     return slots
 
 
 def _check_reached(module, slots, prefix):
-    """Every trainable array of ``module`` (and of its generator) must be among ``slots``, or it would not be saved."""
+    """Every trainable array of ``module`` must be among ``slots``: a module that does not list a child in
+    ``children()`` would otherwise lose that child's arrays without a word."""
     reached = {id(_get(owner, key)) for owner, key in slots.values()}
-    for part, label in ((module, ""), (getattr(module, "generator", None), "generator.")):
-        for name, param in (getattr(part, "parameters", None) or {}).items():
-            if id(param) not in reached:
-                raise TypeError(f"cannot checkpoint {type(part).__name__} at {prefix + label or 'the top'}: "
-                                f"its parameter {name!r} is not reachable through update_state, modules, block, "
-                                "generator or net; build it from sgrad's layers and blocks")
+    for name, param in module.parameters.items():
+        if id(param) not in reached:
+            raise TypeError(f"cannot checkpoint {type(module).__name__} at {prefix or 'the top'}: its parameter "
+                            f"{name!r} belongs to no module listed by children(); list it there")
 
 
 def _check_architecture(slots, arrays, network):

@@ -29,41 +29,39 @@ from typing import Any
 
 import numpy as np
 
-from . import _validation
-from .blocks import Sequential, dense_block, update_module
+from . import validation
+from .blocks import Sequential, dense_block
 from .layers import Layer
+from .module import Module
 from .nonlinearities import sigmoid
 
 
 def regression_loss(prediction: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
-    """The generator's loss ``1/(2 batch) * sum((prediction - target)**2)`` and its gradient."""
+    """The generator's loss ``L_M = 1/(2 batch) * sum((prediction - target)**2)`` and its gradient dL_M/dprediction."""
     diff = prediction - target
     batch = prediction.shape[0]
-    flat = diff.reshape(-1)
-    loss = 0.5 * float(flat @ flat) / batch  # the sum of squares as a dot product: no squared copy
-    np.divide(diff, batch, out=diff)
-    return loss, diff
+    return 0.5 * float(np.sum(diff * diff)) / batch, diff / batch
 
 
-class Generator:
+class Generator(Module):
     """A network ``net`` on ``[h, c]`` that predicts ĝ and learns by regression onto its targets.
 
-    ``net`` follows the :class:`~sgrad.Layer` convention (forward, predict,
-    backward, update, parameters, gradients), ``backward(delta, input_delta=False)`` included.  Subclasses build it.
+    ``net`` is a module (forward, predict, backward, update, parameters,
+    gradients), ``backward(delta, input_delta=False)`` included.  Subclasses build it.
     """
-
-    input: np.ndarray | None
-    synthetic_gradient: np.ndarray | None
-    _gradients: dict[str, np.ndarray]
 
     def __init__(self, net: Any, output_dim: int, condition_dim: int) -> None:
         self.net = net
         self.output_dim = output_dim
         self.condition_dim = condition_dim
-        self.input = None
-        self.synthetic_gradient = None
-        self._gradients = {}
+        self.update_state = {}
+        self.input: np.ndarray | None = None
+        self.synthetic_gradient: np.ndarray | None = None
+        self._gradients: dict[str, np.ndarray] = {}
         self._updated = False
+
+    def children(self) -> dict[str, Any]:
+        return {"net": self.net}
 
     @property
     def parameters(self) -> dict[str, np.ndarray]:
@@ -72,17 +70,8 @@ class Generator:
 
     @property
     def gradients(self) -> dict[str, np.ndarray]:
-        """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters` (empty after a training
-        step's update, e.g. :func:`sgrad.training.dni_step`, which spends them)."""
+        """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters`."""
         return self._gradients
-
-    def train(self, mode: bool = True) -> "Generator":
-        if hasattr(self.net, "train"):
-            self.net.train(mode)
-        return self
-
-    def eval(self) -> "Generator":
-        return self.train(False)
 
     def predict(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = M(h, c): (batch, output_dim), with no side effects."""
@@ -92,13 +81,9 @@ class Generator:
     def forward(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = M(h, c), remembering the input for :meth:`update`."""
         self._check(h, condition)  # a refused batch leaves everything as it was
-        _validation.check_batch_rows(self.net, h.shape[0])
-        return self._forward(h, condition)
-
-    def _forward(self, h, condition):
-        """``forward`` once h and c are checked (a DNI layer calls it on its own output, with c checked)."""
+        self.check_batch_size(h.shape[0])
         joined = self._join(h, condition)
-        self.synthetic_gradient = _validation.forward_made_here(self.net, joined)
+        self.synthetic_gradient = self.net.forward(joined)
         self.input = joined
         self._updated = False
         return self.synthetic_gradient
@@ -107,31 +92,21 @@ class Generator:
         """One descent step on ``L_M`` of the last forward's ĝ against ``target``; returns ``L_M``."""
         if self.synthetic_gradient is None:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
-        _validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
-        return self._update(target, alpha)
-
-    def _update(self, target, alpha, spend=False):
-        """``update`` for a target that sgrad made itself (a DNI stack's bootstrapped delta): not re-checked.
-
-        ``spend``: the caller (a training step) keeps no gradients, so the update
-        rule may overwrite them (see :func:`sgrad.blocks.update_module`) and
-        ``gradients`` is left empty, as a :class:`~sgrad.Layer`'s is after its update.
-        """
-        alpha = _validation.check_learning_rate(alpha)
+        validation.check_same_shape(target, "target", self.synthetic_gradient, "the last synthetic gradient")
+        alpha = validation.check_learning_rate(alpha)
         if self._updated:
             raise ValueError("update() after update(): the last forward pass used the old weights; "
                              "call forward(h) again first")
         loss, dprediction = regression_loss(self.synthetic_gradient, target)
-        # [h, c] is the generator's data: no delta for it; dprediction is made here, so it goes unchecked.
-        _validation.backward_made_here(self.net, dprediction, False)
-        self._gradients = {} if spend else dict(self.net.gradients)
-        update_module(self.net, alpha, spend)
+        self.net.backward(dprediction, input_delta=False)  # [h, c] is the generator's data: no delta for it
+        self._gradients = dict(self.net.gradients)
+        self.net.update(alpha)
         self._updated = True
         return loss
 
     def _check(self, h, condition):
-        _validation.check_batch(h, "h", self.output_dim, width_name="the generator's output_dim")
-        _validation.check_condition(condition, self.condition_dim, h.shape[0], "this generator")
+        validation.check_batch(h, "h", self.output_dim, width_name="the generator's output_dim")
+        validation.check_condition(condition, self.condition_dim, h.shape[0], "this generator")
 
     @staticmethod
     def _join(h, condition):
@@ -152,8 +127,8 @@ class LinearGenerator(Generator):
     def __init__(self, output_dim: int, condition_dim: int = 0, *, init: str = "zeros", bias: bool = True,
                  update_rule: Any = None, seed: int | None = None, rng: np.random.Generator | None = None,
                  dtype: Any = np.float64) -> None:
-        output_dim = _validation.check_positive_int(output_dim, "output_dim")
-        condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
+        output_dim = validation.check_integer(output_dim, "output_dim")
+        condition_dim = validation.check_integer(condition_dim, "condition_dim", minimum=0)
         net = Layer(output_dim + condition_dim, output_dim, "identity", bias=bias, init=init,
                     update_rule=update_rule, seed=seed, rng=rng, dtype=dtype)
         super().__init__(net, output_dim, condition_dim)
@@ -199,10 +174,10 @@ class MLPGenerator(Generator):
                  batchnorm: bool = True, update_rule: Any = None, seed: int | None = None,
                  rng: np.random.Generator | None = None, dtype: Any = np.float64,
                  prediction_dim: int | None = None) -> None:
-        output_dim = _validation.check_positive_int(output_dim, "output_dim")
-        condition_dim = _validation.check_positive_int(condition_dim, "condition_dim", minimum=0)
-        rng = _validation.make_rng(seed, rng)
-        widths = (output_dim + condition_dim, *_validation.check_widths(hidden, "hidden"))
+        output_dim = validation.check_integer(output_dim, "output_dim")
+        condition_dim = validation.check_integer(condition_dim, "condition_dim", minimum=0)
+        rng = validation.make_rng(seed, rng)
+        widths = (output_dim + condition_dim, *validation.check_widths(hidden, "hidden"))
         blocks = [dense_block(a, b, "relu", batchnorm=batchnorm, update_rule=update_rule, rng=rng, dtype=dtype)
                   for a, b in zip(widths[:-1], widths[1:])]
         out = Layer(widths[-1], prediction_dim or output_dim, "identity", init="zeros", update_rule=update_rule,
@@ -234,13 +209,16 @@ class SyntheticLossGenerator(MLPGenerator):
         probe = copy.deepcopy(self)
         return probe.forward(h, condition)
 
-    def _forward(self, h, condition):
+    def forward(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
+        """ĝ = dL̂/dh with ``L̂ = mean over the batch of ℓ̂(h, c)``, remembering what :meth:`update` needs."""
+        self._check(h, condition)
+        self.check_batch_size(h.shape[0])
         joined = self._join(h, condition)
-        self._z = _validation.forward_made_here(self.net, joined)
+        self._z = self.net.forward(joined)
         self.input = joined
         self.predicted_loss = np.logaddexp(0.0, self._z)  # softplus, without overflow
         batch = h.shape[0]
-        dinput = self.net.backward(sigmoid(self._z) / batch)
+        dinput = self.net.backward(sigmoid(self._z) / batch)  # softplus' = sigmoid
         self.synthetic_gradient = dinput[:, :self.output_dim]
         return self.synthetic_gradient
 
@@ -248,8 +226,8 @@ class SyntheticLossGenerator(MLPGenerator):
         """One descent step of ``1/(2 batch) sum((ℓ̂ - target)**2)``; target: (batch, 1).  Returns that loss."""
         if self.predicted_loss is None or self._z is None:
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
-        _validation.check_same_shape(target, "target", self.predicted_loss, "the last predicted loss")
-        alpha = _validation.check_learning_rate(alpha)
+        validation.check_same_shape(target, "target", self.predicted_loss, "the last predicted loss")
+        alpha = validation.check_learning_rate(alpha)
         loss, dloss = regression_loss(self.predicted_loss, target)
         self.net.backward(dloss * sigmoid(self._z), input_delta=False)
         self._gradients = dict(self.net.gradients)

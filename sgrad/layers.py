@@ -6,15 +6,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from data_gen._checks import Seed
-
-from . import _validation, kernels
+from . import kernels, validation
 from .initializers import initialize
+from .module import Module
 from .nonlinearities import resolve_nonlinearity
 from .optimizers import UpdateRule, get_update_rule
 
 
-class Layer:
+class Layer(Module):
     """A dense layer ``h = nonlin(input @ weights + bias)``.
 
     The blog's positional call works as written::
@@ -54,28 +53,26 @@ class Layer:
 
     def __init__(self, input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray],
                  nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None, *, bias: bool = True,
-                 init: str | np.ndarray = "xavier", update_rule: str | UpdateRule | None = None, seed: Seed = None,
-                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64) -> None:
-        self.input_dim = _validation.check_positive_int(input_dim, "input_dim")
-        self.output_dim = _validation.check_positive_int(output_dim, "output_dim")
+                 init: str | np.ndarray = "xavier", update_rule: str | UpdateRule | None = None,
+                 seed: validation.Seed = None, rng: np.random.Generator | None = None,
+                 dtype: DTypeLike = np.float64) -> None:
+        self.input_dim = validation.check_integer(input_dim, "input_dim")
+        self.output_dim = validation.check_integer(output_dim, "output_dim")
         self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
-        self.dtype = np.dtype(dtype)
-        if self.dtype.kind != "f":
-            raise TypeError(f"dtype must be a floating type such as np.float64; got {self.dtype}")
-        rng = _validation.make_rng(seed, rng)
+        self.dtype = validation.check_float_dtype(dtype)
+        rng = validation.make_rng(seed, rng)
         self.weights = initialize(init, (self.input_dim, self.output_dim), rng, self.dtype)
-        self.bias = np.zeros(self.output_dim, dtype=self.dtype) if _validation.check_bool(bias, "bias") else None
+        self.bias = np.zeros(self.output_dim, dtype=self.dtype) if validation.check_bool(bias, "bias") else None
         self.update_rule = get_update_rule(update_rule)
-        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.parameters.items()}
-        self.input = None
-        self.output = None
-        self._stale = False
-        self.weight_output_delta = None
-        self.weights_grad = None
-        self.bias_grad = None
+        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.own_parameters().items()}
+        self.input: np.ndarray | None = None
+        self.output: np.ndarray | None = None
+        self.weight_output_delta: np.ndarray | None = None
+        self.weights_grad: np.ndarray | None = None
+        self.bias_grad: np.ndarray | None = None
+        self._stale = False  # set by update(): the last forward pass used the old weights
 
-    @property
-    def parameters(self) -> dict[str, np.ndarray]:
+    def own_parameters(self) -> dict[str, np.ndarray]:
         """The trainable arrays by name: ``{'weights': ..., 'bias': ...}`` (no bias if disabled)."""
         params = {"weights": self.weights}
         if self.bias is not None:
@@ -97,12 +94,16 @@ class Layer:
         The layer keeps a reference to ``input`` (as the blog's does), so do not
         change it in place before ``backward``.
         """
-        _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
-        return self._forward(input)
+        validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
+        self.weights_grad = self.bias_grad = None
+        self._stale = False
+        self.input = input
+        self.output = kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
+        return self.output
 
     def predict(self, input: np.ndarray) -> np.ndarray:
         """The output for ``input`` with no side effects: nothing is remembered for ``backward``."""
-        _validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
+        validation.check_batch(input, "input", self.input_dim, width_name="this layer's input_dim")
         return kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
@@ -114,46 +115,31 @@ class Layer:
         ``input_delta=False`` skips the input delta (a third of the layer's matrix
         work) and returns None: for a layer whose input is data.
         """
-        if self.output is None:
+        if self.output is None or self.input is None:
             raise ValueError("backward() needs the output of a forward pass; call forward(input) first")
         if self._stale:
             raise ValueError("backward() after update(): the last forward pass used the old weights; "
                              "call forward(input) again first")
-        _validation.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
-        return self._backward(output_delta, input_delta)
+        validation.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
+        delta, self.weights_grad, self.bias_grad, self.weight_output_delta = kernels.dense_backward(
+            output_delta, self.input, self.output, self.weights, self.nonlin_deriv, self.bias is not None,
+            input_delta)
+        return delta
 
     def update(self, alpha: float = 0.1) -> None:
         """Take one descent step with the gradients stored by the last ``backward``.
 
         ``alpha`` is the learning rate handed to the layer's update rule.
         """
-        self._update(alpha, spend=False)
-
-    def _update(self, alpha, spend):
-        """``update``; ``spend``: the caller (a training step) lets the rule overwrite the spent gradients."""
         if self.weights_grad is None:
             raise ValueError("update() needs the gradients of the last forward pass; "
                              "call backward(output_delta) after forward(input) first")
-        alpha = _validation.check_learning_rate(alpha)
-        step = self.update_rule._step_spending if spend else self.update_rule.step
-        for name, param in self.parameters.items():
-            step(param, self.gradients[name], self.update_state[name], alpha)
+        alpha = validation.check_learning_rate(alpha)
+        for name, param in self.own_parameters().items():
+            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
         # Each forward/backward pair pays for one step; stale gradients are never applied twice.
         self.weights_grad = self.bias_grad = None
         self._stale = True
-
-    def _forward(self, input):
-        self.weights_grad = self.bias_grad = None
-        self._stale = False
-        self.input = input
-        self.output = kernels.dense_forward(input, self.weights, self.bias, self.nonlin)
-        return self.output
-
-    def _backward(self, output_delta, input_delta=True):
-        delta, self.weights_grad, self.bias_grad, self.weight_output_delta = kernels.dense_backward(
-            output_delta, self.input, self.output, self.weights, self.nonlin_deriv, self.bias is not None,
-            input_delta)
-        return delta
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.input_dim}, {self.output_dim}, "

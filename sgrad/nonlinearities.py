@@ -35,11 +35,9 @@ def tanh_out2deriv(out: np.ndarray) -> np.ndarray:
     return 1.0 - out * out
 
 
-def relu(z: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """Rectified linear unit ``max(z, 0)``; ``out=z`` overwrites z with the result."""
-    z = np.asarray(z)
-    # Against a row of zeros rather than the scalar 0: NumPy's vectorised loop then runs, twice as fast.
-    return np.maximum(z, np.zeros(z.shape[-1:], dtype=z.dtype), out=out)
+def relu(z: np.ndarray) -> np.ndarray:
+    """Rectified linear unit ``max(z, 0)``."""
+    return np.maximum(z, 0)
 
 
 def relu_out2deriv(out: np.ndarray) -> np.ndarray:

@@ -12,9 +12,10 @@ on every step (the blog's ``alpha``), so the owner decides it.
 """
 
 import math
-import numbers
 
 import numpy as np
+
+from .validation import check_number
 
 
 class UpdateRule:
@@ -28,10 +29,6 @@ class UpdateRule:
         """Take one descent step on ``param`` (in place) with gradient ``grad`` of its shape."""
         raise NotImplementedError
 
-    def _step_spending(self, param, grad, state, lr):
-        """``step`` for a caller that holds the only reference to ``grad``: a rule may overwrite it."""
-        self.step(param, grad, state, lr)
-
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
         return f"{type(self).__name__}({fields})"
@@ -44,16 +41,12 @@ class SGD(UpdateRule):
         _check_gradient(param, grad)
         param -= lr * grad
 
-    def _step_spending(self, param, grad, state, lr):
-        grad *= lr  # scaled in place: no temporary array the size of param
-        param -= grad
-
 
 class Momentum(UpdateRule):
     """Heavy-ball momentum: ``v = momentum * v - lr * grad; param += v``."""
 
     def __init__(self, momentum: float = 0.9) -> None:
-        self.momentum = _check_fraction(momentum, "momentum")
+        self.momentum = check_number(momentum, "momentum", at_least=0, below=1, example="0.9")
 
     def init_state(self, param: np.ndarray) -> dict[str, np.ndarray]:
         return {"velocity": np.zeros_like(param)}
@@ -70,14 +63,9 @@ class Adam(UpdateRule):
     """Adam (Kingma & Ba, 2015) with bias-corrected first and second moments."""
 
     def __init__(self, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8) -> None:
-        self.beta1 = _check_fraction(beta1, "beta1")
-        self.beta2 = _check_fraction(beta2, "beta2")
-        value: object = eps  # checked as whatever the caller passed, not as the annotation promises
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError(f"eps must be a finite number > 0, e.g. 1e-8; got {eps!r} ({type(eps).__name__})")
-        if not 0 < float(value) < np.inf:
-            raise ValueError(f"eps must be a finite number > 0, e.g. 1e-8; got {eps!r}")
-        self.eps = float(value)
+        self.beta1 = check_number(beta1, "beta1", at_least=0, below=1, example="0.9")
+        self.beta2 = check_number(beta2, "beta2", at_least=0, below=1, example="0.999")
+        self.eps = check_number(eps, "eps", above=0, example="1e-8")
 
     def init_state(self, param: np.ndarray) -> dict[str, np.ndarray]:
         return {"m": np.zeros_like(param), "v": np.zeros_like(param), "t": np.zeros((), dtype=np.int64)}
@@ -120,14 +108,6 @@ def get_update_rule(rule: str | UpdateRule | None) -> UpdateRule:
     raise ValueError(
         f"unknown update rule {rule!r}; pass one of {known} or an UpdateRule such as Adam(beta1=0.9)"
     )
-
-
-def _check_fraction(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number in [0, 1), e.g. 0.9; got {value!r} ({type(value).__name__})")
-    if not 0 <= value < 1:
-        raise ValueError(f"{name} must be a number in [0, 1); got {value!r}")
-    return float(value)
 
 
 def _check_gradient(param, grad):

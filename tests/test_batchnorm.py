@@ -291,5 +291,5 @@ def test_output_delta_of_another_shape_raises():
 
 @pytest.mark.parametrize("momentum", [0.0, 1.5, -0.1])
 def test_momentum_outside_zero_to_one_raises(momentum):
-    with pytest.raises(ValueError, match=r"momentum must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"momentum must be a finite number in \(0, 1\]"):
         BatchNorm(FEATURES, momentum=momentum)

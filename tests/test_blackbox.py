@@ -190,9 +190,9 @@ def test_bad_num_directions_is_refused(m, error, fragment):
 
 
 @pytest.mark.parametrize("epsilon, error, fragment", [
-    (0.0, ValueError, "finite and > 0"),
-    (-1e-3, ValueError, "finite and > 0"),
-    (np.inf, ValueError, "finite and > 0"),
+    (0.0, ValueError, "a finite number > 0"),
+    (-1e-3, ValueError, "a finite number > 0"),
+    (np.inf, ValueError, "a finite number > 0"),
     ("1e-3", TypeError, "must be a number"),
 ])
 def test_bad_epsilon_is_refused(epsilon, error, fragment):

@@ -147,7 +147,7 @@ def test_sequential_takes_its_widths_from_the_first_and_last_layer():
 
 
 def test_sequential_input_of_the_wrong_width_raises():
-    with pytest.raises(ValueError, match=r"input must have shape \(batch, 4\) \(4 = this block's input_dim\)"):
+    with pytest.raises(ValueError, match=r"input must have shape \(batch, 4\) \(4 = this layer's input_dim\)"):
         _chain().forward(_x(width=IN + 1))
 
 

@@ -273,7 +273,7 @@ def without_wall_time(history):
 RESUME_TRAIN = """
 import json, sys
 from data_gen import generate_split
-from sgrad.training import METHODS, TrainConfig, train
+from sgrad.experiments.binary_addition import METHODS, TrainConfig, train
 config = TrainConfig(**json.loads(sys.argv[2]))
 data = generate_split(5, 64, 16, seed=0)
 lines = []
@@ -331,7 +331,7 @@ def test_a_checkpoint_of_other_settings_is_not_resumed_and_says_why(tmp_path):
 RESUME_PAPER = """
 import json, sys
 import numpy as np
-from sgrad.paper import PaperConfig, train_paper
+from sgrad.experiments.mnist import PaperConfig, train_paper
 config = PaperConfig(**json.loads(sys.argv[2]))
 arrays = np.load(f"{sys.argv[1]}/data.npz")
 data = tuple(arrays[k] for k in ("x_train", "y_train", "x_test", "y_test"))

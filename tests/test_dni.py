@@ -6,7 +6,7 @@ import pytest
 from sgrad import DNI, Layer, LinearGenerator
 from sgrad.kernels import dense_backward, dense_forward
 from sgrad.losses import mse
-from sgrad.training import backprop_step, dni_step
+from sgrad.steps import backprop_step, dni_step
 
 
 class OracleGenerator:
@@ -338,7 +338,7 @@ def test_a_subclassed_generators_forward_is_still_called():
 
 
 def test_dni_step_equals_each_layers_public_calls():
-    # dni_step passes what sgrad made (h, the bootstrapped targets) unchecked; the numbers must not change.
+    # dni_step is the layers' public calls in the order of the paper's algorithm, nothing more.
     from sgrad import DNIBlock, dense_block
     from sgrad.losses import softmax_cross_entropy
 
@@ -366,6 +366,4 @@ def test_dni_step_equals_each_layers_public_calls():
                 continue
             for name, param in owner_a.parameters.items():
                 np.testing.assert_array_equal(param, owner_b.parameters[name], err_msg=name)
-    # The step spent the generators' gradients (updated in place of a temporary); the public calls keep them.
-    assert [layer.generator.gradients for layer in fast[:2]] == [{}, {}]
-    assert all(set(layer.generator.gradients) == {"weights", "bias"} for layer in slow[:2])
+    assert all(set(layer.generator.gradients) == {"weights", "bias"} for layer in fast[:2] + slow[:2])

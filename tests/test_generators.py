@@ -138,7 +138,7 @@ def test_bad_alpha_raises_and_leaves_the_weights_alone():
     generator = LinearGenerator(WIDTH, init="blog", seed=0)
     weights_before = generator.weights.copy()
     generator.forward(_h())
-    with pytest.raises(ValueError, match=r"alpha \(a learning rate\) must be finite and > 0; got 0.0"):
+    with pytest.raises(ValueError, match=r"alpha \(a learning rate\) must be a finite number > 0, e.g. 0.01; got 0.0"):
         generator.update(np.zeros((BATCH, WIDTH)), alpha=0.0)
     np.testing.assert_array_equal(generator.weights, weights_before)
 

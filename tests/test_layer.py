@@ -252,9 +252,9 @@ BAD_CALLS = [
     ("update_before_backward", _after_forward, lambda layer: layer.update(0.1),
      ValueError, r"call backward\(output_delta\) after forward\(input\) first"),
     ("zero_alpha", _after_backward, lambda layer: layer.update(0.0),
-     ValueError, r"alpha \(a learning rate\) must be finite and > 0; got 0.0"),
+     ValueError, r"alpha \(a learning rate\) must be a finite number > 0, e.g. 0.01; got 0.0"),
     ("negative_alpha", _after_backward, lambda layer: layer.update(-0.1),
-     ValueError, r"must be finite and > 0; got -0.1"),
+     ValueError, r"must be a finite number > 0, e.g. 0.01; got -0.1"),
 ]
 
 

@@ -1,0 +1,173 @@
+"""Checks at the public boundary, with messages in the user's words.
+
+Each check says what was expected, what came, and what to do, and returns the
+value it checked, so a caller writes ``width = check_integer(width, "width")``.
+Only public methods call these; the code they call trusts its inputs.
+
+``data_gen`` uses the number and seed checks too: this module imports nothing
+else of sgrad's.
+"""
+
+import math
+import numbers
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from .fast import all_finite
+
+# What a ``seed=`` argument may be: None (fresh entropy), an integer >= 0, or a SeedSequence.
+Seed = int | np.random.SeedSequence | None
+
+
+# ---------------------------------------------------------------- numbers and flags
+
+def check_integer(value: Any, name: str, *, minimum: int = 1) -> int:
+    """Return ``value`` as an int if it is an integer ``>= minimum`` (a bool is not an integer here)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {value!r} ({type(value).__name__})")
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}; got {value}")
+    return int(value)
+
+
+def check_number(value: Any, name: str, *, example: str, above: float = -math.inf, at_least: float = -math.inf,
+                 below: float = math.inf, at_most: float = math.inf) -> float:
+    """Return ``value`` as a float if it is a finite real number within the bounds given.
+
+    ``above``/``below`` are strict bounds, ``at_least``/``at_most`` inclusive;
+    ``example`` is a good value, shown in the message.
+    """
+    low, high = max(above, at_least), min(below, at_most)
+    opening, closing = ("(" if above >= at_least else "["), (")" if below <= at_most else "]")
+    if low > -math.inf and high < math.inf:
+        interval = f"in {opening}{low:g}, {high:g}{closing}"
+    elif low > -math.inf:
+        interval = f"{'>' if opening == '(' else '>='} {low:g}"
+    else:
+        interval = f"{'<' if closing == ')' else '<='} {high:g}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number {interval}, e.g. {example}; got {value!r} ({type(value).__name__})")
+    number = float(value)
+    if not (math.isfinite(number) and above < number < below and at_least <= number <= at_most):
+        raise ValueError(f"{name} must be a finite number {interval}, e.g. {example}; got {number}")
+    return number
+
+
+def check_learning_rate(value: Any, name: str = "alpha") -> float:
+    """Return a learning rate as a float if it is a finite number > 0."""
+    return check_number(value, f"{name} (a learning rate)", above=0, example="0.01")
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """Return ``value`` as a bool if it is True or False (a NumPy bool too): a string such as "no" is refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
+    return bool(value)
+
+
+def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
+    """Return ``value`` if it is one of ``choices`` (names such as 'adam')."""
+    choices = tuple(choices)
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
+    return value
+
+
+def check_widths(widths: Any, name: str) -> tuple[int, ...]:
+    """Return ``widths`` as a tuple of ints >= 1, e.g. hidden layer widths ``(1024, 1024)``; ``()`` is allowed."""
+    if isinstance(widths, (str, bytes)) or not isinstance(widths, Iterable):
+        raise TypeError(f"{name} must be a tuple of layer widths such as (256, 256), or () for none; "
+                        f"got {widths!r} ({type(widths).__name__})")
+    return tuple(check_integer(width, f"every width in {name}") for width in widths)
+
+
+def check_float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
+    """Return ``np.dtype(dtype)`` if it is a floating type (float32, float64)."""
+    try:
+        resolved = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name} must be a floating type such as np.float64; got {dtype!r}") from None
+    if resolved.kind != "f":
+        raise TypeError(f"{name} must be a floating type such as np.float64; got {resolved}")
+    return resolved
+
+
+def make_rng(seed: Seed, rng: np.random.Generator | None) -> np.random.Generator:
+    """Return a ``numpy.random.Generator`` from a ``seed`` or an ``rng``, never both.
+
+    ``seed`` is None (fresh entropy), an integer >= 0 or a ``numpy.random.SeedSequence``.
+    """
+    if rng is not None:
+        if seed is not None:
+            raise ValueError("pass either seed or rng, not both")
+        if not isinstance(rng, np.random.Generator):
+            raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)); "
+                            f"got {type(rng).__name__}")
+        return rng
+    if seed is not None and not isinstance(seed, np.random.SeedSequence):
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            raise TypeError(f"seed must be an integer such as 0, or None; got {seed!r} ({type(seed).__name__})")
+        if seed < 0:
+            raise ValueError(f"seed must be an integer >= 0; got {seed}")
+    return np.random.default_rng(seed)
+
+
+# ---------------------------------------------------------------- arrays
+
+def check_batch(array: Any, name: str, width: int | None = None, *, width_name: str = "features") -> np.ndarray:
+    """Check that ``array`` is a finite float array of shape ``(batch, width)``, batch >= 1; return it.
+
+    ``width=None`` accepts any number of columns.
+    """
+    expected = "(batch, features)" if width is None else f"(batch, {width})"
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name} must be a NumPy array of shape {expected}; got {type(array).__name__}. "
+                        "Convert it with np.asarray(..., dtype=float).")
+    if array.dtype.kind != "f":
+        raise TypeError(f"{name} must hold floats; got dtype {array.dtype}. Convert it with {name}.astype(np.float64).")
+    if array.ndim != 2:
+        hint = ""
+        if array.ndim == 1:
+            hint = (f" For a column of {array.shape[0]} values use {name}.reshape(-1, 1)." if width == 1
+                    else f" For a single example use {name}.reshape(1, -1).")
+        raise ValueError(f"{name} must have shape {expected}; got shape {array.shape}.{hint}")
+    if width is not None and array.shape[1] != width:
+        raise ValueError(f"{name} must have shape {expected} ({width} = {width_name}); "
+                         f"got shape {array.shape}, i.e. {array.shape[1]} columns")
+    if array.shape[0] == 0:
+        raise ValueError(f"{name} is an empty batch (shape {array.shape}); pass at least one row")
+    if not all_finite(array):
+        row = int(np.argwhere(~np.isfinite(array))[0, 0])
+        raise ValueError(f"{name} holds NaN or inf (first in row {row}); check the data, or lower the "
+                         "learning rate if it came from a training run that diverged")
+    return array
+
+
+def check_same_shape(array: Any, name: str, reference: np.ndarray, reference_name: str) -> np.ndarray:
+    """Check that ``array`` is a finite float array with the shape of ``reference``; return it."""
+    check_batch(array, name, reference.shape[1], width_name=f"the width of {reference_name}")
+    if array.shape != reference.shape:
+        raise ValueError(f"{name} must have the shape of {reference_name}, {reference.shape}; got shape {array.shape}")
+    return array
+
+
+def check_condition(condition: Any, condition_dim: int, batch: int, owner: str) -> None:
+    """Check the conditioning c given to ``owner`` ('this DNI', 'this generator').
+
+    An unconditioned owner (condition_dim=0) takes no condition; a conditioned
+    one needs a float array of shape (batch, condition_dim).
+    """
+    if condition_dim == 0:
+        if condition is not None:
+            raise ValueError(f"{owner} is unconditioned (condition_dim=0) but a condition was given; "
+                             "build it with condition_dim=<width of c> to condition on c")
+        return
+    if condition is None:
+        raise ValueError(f"{owner} is conditioned (condition_dim={condition_dim}): pass condition=c "
+                         f"of shape (batch, {condition_dim}), e.g. the batch's labels")
+    check_batch(condition, "condition", condition_dim, width_name="condition_dim")
+    if condition.shape[0] != batch:
+        raise ValueError(f"condition must have one row per example: the input has {batch} rows, "
+                         f"the condition has {condition.shape[0]}")
