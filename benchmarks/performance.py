@@ -3,9 +3,9 @@
 Measured in one process, on the same shapes (the paper's MNIST net 784-256-256-10,
 batch 256; x random in [0, 1), one-hot labels):
 
-1. sgrad's backprop step (``sgrad.training.backprop_step`` on the net that
+1. sgrad's backprop step (``sgrad.steps.backprop_step`` on the net that
    ``sgrad paper`` builds), with and without BatchNorm, float32 and float64;
-2. sgrad's DNI and cDNI steps (``sgrad.training.dni_step``) with linear generators
+2. sgrad's DNI and cDNI steps (``sgrad.steps.dni_step``) with linear generators
    and with the reproduction's 1024-1024 BatchNorm generators;
 3. the same nets and steps in PyTorch, CPU eager mode (skipped, with a message,
    when PyTorch is not installed);
@@ -54,10 +54,10 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from data_gen import generate_dataset  # noqa: E402
-from sgrad import BatchNorm, Layer  # noqa: E402
+from sgrad import Layer  # noqa: E402
 from sgrad.losses import softmax_cross_entropy  # noqa: E402
-from sgrad.paper import PaperConfig, build_network  # noqa: E402
-from sgrad.training import backprop_step, dni_step  # noqa: E402
+from sgrad.experiments.mnist import PaperConfig, build_network  # noqa: E402
+from sgrad.steps import backprop_step, dni_step  # noqa: E402
 
 try:
     import torch
@@ -201,26 +201,25 @@ def fused_numpy_step(seed=0):
 
 # ----------------------------------------------------------------------------- the limit
 
-def dense_layers(module, *, input_kind="data"):
-    """``(layer, input_kind)`` for every :class:`~sgrad.Layer` in a network, its generators' included.
+def dense_layers(network):
+    """``(layer, input_kind)`` for every :class:`~sgrad.Layer` in a network (a list of modules), generators included.
 
     ``input_kind`` is "data" for the network's bottom layer, "generator" for the
     bottom layer of a generator (whose input [h, c] is data to it), else None:
-    the layers whose input delta nothing needs.
+    the layers whose input delta nothing needs.  The walk is the modules' own
+    (:meth:`sgrad.module.Module.submodules`), parents first, bottom layer first.
     """
-    if isinstance(module, list):
-        for k, part in enumerate(module):
-            yield from dense_layers(part, input_kind=input_kind if k == 0 else None)
-        return
-    if isinstance(module, Layer):
-        yield module, input_kind
-    if hasattr(module, "modules"):
-        yield from dense_layers(module.modules, input_kind=input_kind)
-    if hasattr(module, "block"):
-        yield from dense_layers(module.block, input_kind=input_kind)
-    for name in ("net", "generator"):
-        if hasattr(module, name):
-            yield from dense_layers(getattr(module, name), input_kind="generator")
+    bottoms_seen = set()
+    for k, top in enumerate(network):
+        for path, module in top.submodules():
+            if not isinstance(module, Layer):
+                continue
+            scope = (k, path[:path.index("generator")]) if "generator" in path else "network"
+            if scope in bottoms_seen:
+                yield module, None
+            else:
+                bottoms_seen.add(scope)
+                yield module, "data" if scope == "network" else "generator"
 
 
 def matmul_plan(network, batch, dtype):
@@ -269,17 +268,9 @@ def optimizer_sweep(network, dtype):
     return sweep
 
 
-def parametrised(module):
-    """Every object in the network that owns parameters and their update state (Layer, BatchNorm)."""
-    if isinstance(module, list):
-        for part in module:
-            yield from parametrised(part)
-        return
-    if isinstance(module, (Layer, BatchNorm)):
-        yield module
-    for name in ("modules", "block", "net", "generator"):
-        if hasattr(module, name):
-            yield from parametrised(getattr(module, name))
+def parametrised(network):
+    """Every module in the network that owns parameters and their update state (Layer, BatchNorm)."""
+    return [module for top in network for _, module in top.submodules() if module.own_parameters()]
 
 
 # ----------------------------------------------------------------------------- timing
