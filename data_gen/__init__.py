@@ -1,9 +1,26 @@
-"""Datasets for sgrad's experiments."""
+"""Datasets for sgrad's experiments: binary addition, and MNIST.
 
-from . import binary_addition, mnist
-from .binary_addition import bits_to_int, generate_dataset, generate_split, int_to_bits, split_operands
-from .mnist import MnistData, MnistNotFoundError, load_mnist, one_hot, prepare_mnist
+Each dataset module loads on first use (``data_gen.load_mnist`` brings in the
+MNIST loader, ``data_gen.generate_dataset`` the binary-addition generator), so
+that importing :mod:`data_gen.checks`, as sgrad does, loads neither.
+"""
 
-__all__ = ["binary_addition", "bits_to_int", "generate_dataset", "generate_split", "int_to_bits",
-           "split_operands", "mnist", "MnistData", "MnistNotFoundError", "load_mnist", "one_hot",
-           "prepare_mnist"]
+import importlib
+from typing import Any
+
+_LAZY = {
+    **{name: "binary_addition" for name in ("bits_to_int", "generate_dataset", "generate_split", "int_to_bits",
+                                            "split_operands")},
+    **{name: "mnist" for name in ("MnistData", "MnistNotFoundError", "load_mnist", "one_hot", "prepare_mnist")},
+}
+
+__all__ = ["binary_addition", "bits_to_int", "checks", "generate_dataset", "generate_split", "int_to_bits",
+           "split_operands", "mnist", "MnistData", "MnistNotFoundError", "load_mnist", "one_hot", "prepare_mnist"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("binary_addition", "mnist", "checks"):
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'data_gen' has no attribute {name!r}")

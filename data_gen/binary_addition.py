@@ -15,9 +15,7 @@ import numbers
 import numpy as np
 from numpy.typing import ArrayLike
 
-from sgrad.validation import Seed, check_integer, make_rng
-
-from ._checks import check_bit_rows, check_integers
+from .checks import Seed, check_bit_rows, check_integer, check_integers, make_rng
 
 MIN_OUTPUT_DIM = 2
 MAX_OUTPUT_DIM = 62  # operands and sums must fit in int64

@@ -27,7 +27,7 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from sgrad.validation import Seed, check_bool, check_integer, make_rng
+from .checks import Seed, check_bool, check_integer, make_rng
 
 DEFAULT_URL = "https://storage.googleapis.com/tensorflow/tf-keras-datasets/mnist.npz"
 FILENAME = "mnist.npz"

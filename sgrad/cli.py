@@ -11,13 +11,20 @@ from typing import NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
-from .comparison import compare, print_progress, results_table
+from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
+from .experiments.loop import DTYPES
+from .experiments.mnist import GENERATORS, PAPER_METHODS, PaperConfig, run_grid
+from .experiments.mnist import results_table as paper_table
 from .nonlinearities import NONLINEARITIES
-from .paper import GENERATORS, PAPER_METHODS, PaperConfig
-from .training import DTYPES, METHODS, TrainConfig
+from .optimizers import UPDATE_RULES
 
 DEFAULTS = TrainConfig()
 PAPER_DEFAULTS = PaperConfig()
+
+
+def print_progress(line: str) -> None:
+    """Progress lines go to stderr, so stdout holds only the results table."""
+    print(line, file=sys.stderr, flush=True)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,13 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"comma-separated hidden widths (default {','.join(map(str, DEFAULTS.hidden))})")
     cmp.add_argument("--nonlin", default=DEFAULTS.nonlin, choices=tuple(NONLINEARITIES),
                      help=f"hidden nonlinearity (default {DEFAULTS.nonlin})")
-    cmp.add_argument("--update-rule", default=DEFAULTS.update_rule, choices=("sgd", "momentum", "adam"),
+    cmp.add_argument("--update-rule", default=DEFAULTS.update_rule, choices=tuple(UPDATE_RULES),
                      help=f"default {DEFAULTS.update_rule}")
     cmp.add_argument("--lr", type=_positive_float, default=DEFAULTS.alpha,
                      help=f"learning rate of the layers (default {DEFAULTS.alpha})")
     cmp.add_argument("--generator-lr", type=_positive_float, default=DEFAULTS.generator_alpha,
                      help=f"learning rate of the generators (default {DEFAULTS.generator_alpha or 'as --lr'})")
-    cmp.add_argument("--targets", default=DEFAULTS.generator_targets, choices=("bootstrap", "true"),
+    cmp.add_argument("--targets", default=DEFAULTS.generator_targets, choices=TARGETS,
                      help="what generators regress onto: 'bootstrap' (the method, default) or 'true' "
                           "(a teaching option: the true gradient)")
     cmp.add_argument("--dtype", choices=DTYPES, default=DEFAULTS.dtype,
@@ -187,10 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _paper(parser, args):
-    from data_gen.mnist import load_mnist, prepare_mnist
-
-    from .paper import results_table as paper_table
-    from .paper import run_grid
+    from data_gen.mnist import load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
     try:
         config = PaperConfig(

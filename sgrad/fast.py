@@ -25,7 +25,9 @@ def all_finite(array: np.ndarray) -> bool:
     BLAS (``ones @ array``), with no boolean copy of the array; only sums that
     are not finite (a real NaN or inf, or an overflow) need the elementwise test.
     """
-    return bool(np.isfinite(_ones(array.shape[0], array.dtype) @ array).all()) or bool(np.isfinite(array).all())
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing sum, or inf - inf, is the answer "look closer"
+        sums = _ones(array.shape[0], array.dtype) @ array
+    return bool(np.isfinite(sums).all()) or bool(np.isfinite(array).all())
 
 
 def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, gamma: np.ndarray

@@ -59,7 +59,7 @@ PAPER_COLORS = dict(COLORS, **{"synthetic-loss": "tab:red"})
 def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str | os.PathLike[str] | None = None) -> Figure:
     """Test accuracy against iterations, one panel per depth, one line per method.
 
-    results: ``{(method, depth): history}`` from :func:`sgrad.paper.run_grid`.
+    results: ``{(method, depth): history}`` from :func:`sgrad.experiments.mnist.run_grid`.
     Saves a PNG to ``path`` if given; returns the figure.
     """
     depths = sorted({d for _, d in results})

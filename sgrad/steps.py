@@ -103,6 +103,7 @@ def predict(layers: Sequence[Any], x: np.ndarray) -> np.ndarray:
 def true_gradients(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Loss) -> list[np.ndarray]:
     """``[g_1, ..., g_{N-1}]``, the true dL/dh_k at every hidden layer of a dense stack, with no side effects."""
     hs = forward_all(layers, x)
+    g: Any
     _, g = loss_fn(hs[-1], y)
     grads = []
     for k in range(len(layers) - 1, 0, -1):

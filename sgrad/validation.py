@@ -4,8 +4,9 @@ Each check says what was expected, what came, and what to do, and returns the
 value it checked, so a caller writes ``width = check_integer(width, "width")``.
 Only public methods call these; the code they call trusts its inputs.
 
-``data_gen`` uses the number and seed checks too: this module imports nothing
-else of sgrad's.
+The checks of integers, flags and seeds are the datasets' own
+(:mod:`data_gen.checks`, which needs nothing of sgrad's), imported here so
+that the library has one place to look.
 """
 
 import math
@@ -15,22 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from data_gen.checks import Seed, check_bool, check_integer, make_rng
+
 from .fast import all_finite
 
-# What a ``seed=`` argument may be: None (fresh entropy), an integer >= 0, or a SeedSequence.
-Seed = int | np.random.SeedSequence | None
-
+__all__ = ["Seed", "check_batch", "check_bool", "check_choice", "check_condition", "check_float_dtype", "check_integer",
+           "check_learning_rate", "check_number", "check_same_shape", "check_widths", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
-
-def check_integer(value: Any, name: str, *, minimum: int = 1) -> int:
-    """Return ``value`` as an int if it is an integer ``>= minimum`` (a bool is not an integer here)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer; got {value!r} ({type(value).__name__})")
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}; got {value}")
-    return int(value)
-
 
 def check_number(value: Any, name: str, *, example: str, above: float = -math.inf, at_least: float = -math.inf,
                  below: float = math.inf, at_most: float = math.inf) -> float:
@@ -60,13 +53,6 @@ def check_learning_rate(value: Any, name: str = "alpha") -> float:
     return check_number(value, f"{name} (a learning rate)", above=0, example="0.01")
 
 
-def check_bool(value: Any, name: str) -> bool:
-    """Return ``value`` as a bool if it is True or False (a NumPy bool too): a string such as "no" is refused."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
-    return bool(value)
-
-
 def check_choice(value: Any, name: str, choices: Iterable[str]) -> str:
     """Return ``value`` if it is one of ``choices`` (names such as 'adam')."""
     choices = tuple(choices)
@@ -92,26 +78,6 @@ def check_float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
     if resolved.kind != "f":
         raise TypeError(f"{name} must be a floating type such as np.float64; got {resolved}")
     return resolved
-
-
-def make_rng(seed: Seed, rng: np.random.Generator | None) -> np.random.Generator:
-    """Return a ``numpy.random.Generator`` from a ``seed`` or an ``rng``, never both.
-
-    ``seed`` is None (fresh entropy), an integer >= 0 or a ``numpy.random.SeedSequence``.
-    """
-    if rng is not None:
-        if seed is not None:
-            raise ValueError("pass either seed or rng, not both")
-        if not isinstance(rng, np.random.Generator):
-            raise TypeError(f"rng must be a numpy.random.Generator (np.random.default_rng(seed)); "
-                            f"got {type(rng).__name__}")
-        return rng
-    if seed is not None and not isinstance(seed, np.random.SeedSequence):
-        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-            raise TypeError(f"seed must be an integer such as 0, or None; got {seed!r} ({type(seed).__name__})")
-        if seed < 0:
-            raise ValueError(f"seed must be an integer >= 0; got {seed}")
-    return np.random.default_rng(seed)
 
 
 # ---------------------------------------------------------------- arrays

@@ -1,26 +1,33 @@
 """Shared by every test: the gradient helpers, floating-point errors that raise, and the Hypothesis profiles.
 
-Import the helpers in a test file with ``from conftest import numerical_gradient, relative_error``
-(pytest puts ``tests/`` on ``sys.path``).  They are the library's own central-difference gradient and
-relative error; tests/test_checks.py checks them against functions whose gradients are known.
+Import the helpers in a test file with ``from conftest import assert_gradients_match, relative_error``
+(pytest puts ``tests/`` on ``sys.path``).  ``numerical_gradient`` and ``relative_error`` are the library's
+own central-difference gradient and relative error; tests/test_checks.py checks them against functions
+whose gradients are known.  The Hypothesis strategies live in strategies.py.
 
 Hypothesis runs the ``ci`` profile unless ``HYPOTHESIS_PROFILE`` names another:
 
 - ``ci``: few examples, the same ones on every run (``derandomize``), no deadline (a loaded machine
   must not fail a test for being slow) and no example database, so CI is fast and reproducible;
 - ``thorough``: many fresh random examples, for hunting bugs locally:
-  ``HYPOTHESIS_PROFILE=thorough python -m pytest tests/test_properties.py``.
+  ``HYPOTHESIS_PROFILE=thorough python -m pytest tests/test_layer.py``.
 """
 
 import os
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import assume, settings
 
+from sgrad.blocks import Activation, Sequential
 from sgrad.checks import numerical_gradient, relative_error
+from sgrad.kernels import linear_forward
+from sgrad.layers import Layer
+from sgrad.nonlinearities import relu
 
-__all__ = ["numerical_gradient", "relative_error"]
+__all__ = ["numerical_gradient", "relative_error", "assert_gradients_match", "assert_backward_matches_central_differences",
+           "normal", "randomize", "away_from_kinks", "random_input_and_delta", "assert_dtype", "assert_tree_dtype",
+           "tree_state", "assert_same_state"]
 
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None,
                           print_blob=True)
@@ -37,3 +44,144 @@ def floating_point_errors_raise():
     """
     with np.errstate(over="raise", divide="raise", invalid="raise", under="ignore"):
         yield
+
+
+# --- gradient checks ------------------------------------------------------------------------------
+
+TOLERANCE = 1e-6  # relative error: a correct float64 gradient is near 1e-9; a wrong one is off by far more
+# Where the true gradient is itself tiny (batch norm over two rows nearly cancels it), the rounding
+# error of the central difference, about 1e-16 * |L| / eps = 1e-10 * |L|, dominates the relative
+# error: accept an absolute difference below this many times max(|L|, 1) instead.
+ROUNDING_TOLERANCE = 1e-8
+KINK = 1e-4  # ReLU is not differentiable at 0: keep pre-activations this far from it (eps is 1e-6)
+
+
+def assert_gradients_match(loss, mine, arrays, what):
+    """Compare each analytic gradient in ``mine`` with the central difference of ``loss()`` in ``arrays``.
+
+    ``loss`` takes no argument and reads the arrays, which are nudged in place and restored.  On failure
+    the message names the array and prints both gradients side by side.
+    """
+    rounding = ROUNDING_TOLERANCE * max(abs(loss()), 1.0)
+    for name, array in arrays.items():
+        theirs = numerical_gradient(loss, array)
+        error = relative_error(mine[name], theirs)
+        difference = float(np.max(np.abs(np.asarray(mine[name], dtype=np.float64) - theirs)))
+        assert error < TOLERANCE or difference < rounding, (
+            f"{what}, dL/d{name}: relative error {error:.1e} (largest difference {difference:.1e}) "
+            "between backward and central differences\n"
+            f"  backward (mine):      {np.ravel(mine[name])[:6]}\n"
+            f"  central differences:  {np.ravel(theirs)[:6]}")
+
+
+def assert_backward_matches_central_differences(module, x, R, what):
+    """``module.backward`` against central differences of ``L = sum(module.forward(x) * R)``, so that dL/dh = R.
+
+    Checks the returned input delta and every entry of ``module.gradients`` (keyed as ``module.parameters``).
+    """
+    module.forward(x)
+    input_delta = module.backward(R)
+    assert_gradients_match(lambda: float(np.sum(module.forward(x) * R)), dict(module.gradients, input=input_delta),
+                           dict(module.parameters, input=x), what)
+
+
+def normal(rng, *shape, dtype=np.float64):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def randomize(parameters, rng):
+    """Give every parameter random values in place (zero-initialised output layers would hide gradients)."""
+    for param in parameters.values():
+        param[...] = 0.5 * rng.standard_normal(param.shape)
+
+
+def _relu_inputs(module, x):
+    """What each ReLU inside ``module`` receives for input ``x`` (run with predict: no side effects)."""
+    found = []
+
+    def run(part, value):
+        if isinstance(part, Sequential):
+            for sub in part.modules:
+                value = run(sub, value)
+            return value
+        if isinstance(part, Activation) and part.nonlin is relu:
+            found.append(value)
+        if isinstance(part, Layer) and part.nonlin is relu:
+            found.append(linear_forward(value, part.weights, part.bias))
+        return part.predict(value)
+
+    run(module, x)
+    return found
+
+
+def away_from_kinks(module, x):
+    """Whether every ReLU inside ``module`` (a Layer's or an Activation) gets inputs at least KINK away from 0."""
+    return all(np.min(np.abs(z)) > KINK for z in _relu_inputs(module, x))
+
+
+def random_input_and_delta(module, rng, batch):
+    """Randomise ``module``'s parameters; draw an input x that keeps its ReLUs off their kinks, and a delta R.
+
+    For use inside a Hypothesis test: an x too near a kink is rejected with ``assume``.
+    """
+    randomize(module.parameters, rng)
+    x, R = normal(rng, batch, module.input_dim), normal(rng, batch, module.output_dim)
+    assume(away_from_kinks(module, x))
+    return x, R
+
+
+# --- dtypes -----------------------------------------------------------------------------------------
+
+
+def assert_dtype(dtype, **arrays):
+    for name, array in arrays.items():
+        assert array.dtype == dtype, f"{name} is {array.dtype}; expected {np.dtype(dtype)}, the dtype it was given"
+
+
+def assert_tree_dtype(dtype, tree, what):
+    """Every parameter, buffer and floating optimizer state in ``tree`` has ``dtype`` (Adam's step counter is an int)."""
+    for path, module in tree.submodules():
+        where = f"{what} {path}".rstrip()
+        arrays = dict(module.own_parameters(), **module.buffers())
+        for name, state in module.update_state.items():
+            arrays.update({f"{name} state {key}": value for key, value in state.items() if value.dtype.kind == "f"})
+        assert_dtype(dtype, **{f"{where} {name}": array for name, array in arrays.items()})
+
+
+# --- "changes nothing" --------------------------------------------------------------------------------
+
+
+def tree_state(tree):
+    """Copies of every array and flag each module in ``tree`` holds (parameters, buffers, caches, optimizer
+    state, ``training``), by path.  None is recorded too, so a cache that a failed call filled shows up.
+    """
+    state = {}
+
+    def record(path, value):
+        if isinstance(value, np.ndarray):
+            state[path] = value.copy()
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            state[path] = value
+        elif isinstance(value, (tuple, list)):
+            for k, item in enumerate(value):
+                record(f"{path}[{k}]", item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                record(f"{path}[{key!r}]", item)
+
+    for path, module in tree.submodules():
+        for name, value in vars(module).items():
+            record(f"{path}:{name}", value)
+    return state
+
+
+def assert_same_state(tree, before):
+    """Every array in ``tree`` is bit for bit as ``tree_state`` recorded it in ``before``."""
+    after = tree_state(tree)
+    assert after.keys() == before.keys(), f"attributes came or went: {sorted(after.keys() ^ before.keys())}"
+    for path, value in before.items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(after[path], value, err_msg=f"{path} changed")
+        else:
+            now = after[path]
+            assert not isinstance(now, np.ndarray) and now == value, f"{path} was {value!r} and is now {now!r}"

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
+from strategies import draws, float_dtypes, indices, matrix_sides, non_finite, orders
 
 import data_gen
 from data_gen.mnist import MnistNotFoundError, load_mnist, prepare_mnist
@@ -227,7 +227,8 @@ CALLS = [
     case("generator-target-of-wrong-shape", generator_after_forward(lambda: LinearGenerator(2, seed=0)),
          lambda m: m.update(rows(BATCH, 1), 0.1), ValueError, "target must have shape (batch, 2)"),
     case("generator-zero-learning-rate", generator_after_forward(lambda: MLPGenerator(2, hidden=(4,), seed=0)),
-         lambda m: m.update(rows(BATCH, 2), 0), ValueError, "alpha (a learning rate) must be a finite number > 0, e.g. 0.01; got 0.0"),
+         lambda m: m.update(rows(BATCH, 2), 0), ValueError,
+         "alpha (a learning rate) must be a finite number > 0, e.g. 0.01; got 0.0"),
     case("batch-norm-generator-batch-of-one", generator_after_forward(lambda: MLPGenerator(2, hidden=(4,), seed=0)),
          lambda m: m.forward(rows(1, 2)), ValueError, "needs a batch of at least 2 rows"),
     case("synthetic-loss-target-of-gradient-shape",
@@ -376,8 +377,10 @@ FUNCTION_CALLS = [
     bad("load-mnist-download-as-a-number", lambda: load_mnist(download=0),
         TypeError, "download must be True or False; got 0 (int)"),
     # update rules
-    bad("momentum-of-one-and-a-half", lambda: Momentum(1.5), ValueError, "momentum must be a finite number in [0, 1), e.g. 0.9; got 1.5"),
-    bad("adam-beta1-of-one", lambda: Adam(beta1=1.0), ValueError, "beta1 must be a finite number in [0, 1), e.g. 0.9; got 1.0"),
+    bad("momentum-of-one-and-a-half", lambda: Momentum(1.5), ValueError,
+        "momentum must be a finite number in [0, 1), e.g. 0.9; got 1.5"),
+    bad("adam-beta1-of-one", lambda: Adam(beta1=1.0), ValueError,
+        "beta1 must be a finite number in [0, 1), e.g. 0.9; got 1.0"),
     bad("adam-zero-eps", lambda: Adam(eps=0), ValueError, "eps must be a finite number > 0, e.g. 1e-8; got 0"),
     # losses: shapes, dtypes, labels, names
     bad("mse-target-that-would-broadcast", lambda: mse(rows(BATCH, 3), rows(1, 3)),
@@ -510,12 +513,11 @@ def test_bad_command_line_exits_2_with_one_readable_line(args, fragment, tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-@given(rows=st.integers(1, 40), columns=st.integers(1, 40), dtype=st.sampled_from([np.float16, np.float32, np.float64]),
-       order=st.sampled_from("CF"), bad=st.sampled_from([np.nan, np.inf, -np.inf]), data=st.data())
+@given(rows=matrix_sides, columns=matrix_sides, dtype=float_dtypes, order=orders, bad=non_finite, data=draws)
 def test_a_single_nan_or_inf_anywhere_in_a_layers_input_is_found(rows, columns, dtype, order, bad, data):
     # check_batch first tests the column sums, which a NaN or inf always spoils: this pins that shortcut.
-    row = data.draw(st.integers(0, rows - 1), label="row")
-    column = data.draw(st.integers(0, columns - 1), label="column")
+    row = data.draw(indices(rows), label="row")
+    column = data.draw(indices(columns), label="column")
     x = np.asarray(np.random.default_rng(rows * columns).random((rows, columns)), dtype=dtype, order=order)
     x[row, column] = bad
     with pytest.raises(ValueError, match=rf"input holds NaN or inf \(first in row {row}\)"):

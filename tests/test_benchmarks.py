@@ -51,13 +51,13 @@ def test_the_profiling_loop_runs_a_benchmark_row_and_reports_its_time():
 
 def test_profile_shares_count_the_innermost_sgrad_line_of_each_sample_inside_a_step():
     profile_step = pytest.importorskip("profile_step")
-    step = "<module> (profile_step.py:9);backprop_step (/x/sgrad/training.py:160)"
+    step = "<module> (profile_step.py:9);backprop_step (/x/sgrad/steps.py:36)"
     lines = [f"{step};linear_forward (/x/sgrad/kernels.py:51) 6",
-             f"{step};Sequential._forward (/x/sgrad/blocks.py:128);batchnorm_forward (/x/sgrad/batchnorm.py:28);"
+             f"{step};Sequential.forward (/x/sgrad/blocks.py:109);batchnorm_forward (/x/sgrad/batchnorm.py:28);"
              "einsum (/x/numpy/_core/einsumfunc.py:1610) 3",
              f"{step} 1",
              "<module> (profile_step.py:3);_find_and_load (<frozen importlib._bootstrap>:1176) 50"]
     total, rows = profile_step.shares(lines)
     assert total == 10
     assert rows == [(0.6, "linear_forward (kernels.py:51)"), (0.3, "batchnorm_forward (batchnorm.py:28)"),
-                    (0.1, "backprop_step (training.py:160)")]
+                    (0.1, "backprop_step (steps.py:36)")]

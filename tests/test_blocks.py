@@ -1,30 +1,26 @@
-"""Blocks (Activation, Sequential, dense_block) and DNIBlock, a block decoupled by a generator."""
+"""Blocks (sgrad/blocks.py): Activation, Sequential and dense_block, the paper's Linear→BatchNorm→nonlinearity.
 
-import copy
+DNIBlock, a block decoupled by a generator, is specified in test_dni.py; the module tree that train/eval and
+the batch-size rule walk, in test_module.py; bad arguments shared by the whole public API, in test_bad_input.py.
+"""
 
 import numpy as np
 import pytest
-from conftest import numerical_gradient, relative_error
+from conftest import (assert_backward_matches_central_differences, assert_dtype, assert_tree_dtype, normal,
+                      random_input_and_delta)
+from hypothesis import assume, given
+from strategies import booleans, dtypes, nonlinearities, seeds, training_batches, update_rules, widths
 
 from sgrad import Layer
 from sgrad.batchnorm import BatchNorm
 from sgrad.blocks import Activation, Sequential, dense_block
-from sgrad.dni import DNIBlock
-from sgrad.generators import LinearGenerator
 from sgrad.nonlinearities import NONLINEARITIES
 
-BATCH, IN, OUT, CONDITION = 6, 4, 5, 3
+BATCH, IN, OUT = 6, 4, 5
 
 
 def _x(seed=0, rows=BATCH, width=IN):
     return np.random.default_rng(seed).standard_normal((rows, width))
-
-
-def _pre_activation(block, x):
-    """What the block's last module (its nonlinearity) receives for x."""
-    for module in block.modules[:-1]:
-        x = module.predict(x)
-    return x
 
 
 # --- Activation ------------------------------------------------------------------------------
@@ -43,15 +39,9 @@ def test_activation_backward_is_delta_times_the_derivative_at_the_output(name):
 
 @pytest.mark.parametrize("name", sorted(NONLINEARITIES))
 def test_activation_backward_matches_central_differences(name):
-    activation = Activation(name)
     z = _x(1)
     assert np.min(np.abs(z)) > 1e-3, "keep ReLU's kink out of reach of the finite difference"
-    R = _x(2)
-    activation.forward(z)
-    analytic = activation.backward(R)
-    numeric = numerical_gradient(lambda: float(np.sum(activation.predict(z) * R)), z)
-    error = relative_error(analytic, numeric)
-    assert error <= 1e-6, f"Activation({name!r}) dL/dz: backward (mine) vs central difference: error {error:.2e}"
+    assert_backward_matches_central_differences(Activation(name), z, _x(2), f"Activation({name!r})")
 
 
 def test_activation_has_no_parameters_and_update_does_nothing():
@@ -146,50 +136,23 @@ def test_sequential_takes_its_widths_from_the_first_and_last_layer():
     assert (chain.input_dim, chain.output_dim) == (IN, OUT)
 
 
-def test_sequential_input_of_the_wrong_width_raises():
-    with pytest.raises(ValueError, match=r"input must have shape \(batch, 4\) \(4 = this layer's input_dim\)"):
-        _chain().forward(_x(width=IN + 1))
-
-
-@pytest.mark.parametrize("modules, message", [
-    ([], "Sequential needs at least one module"),
-    ([Activation("tanh")], "Sequential needs at least one module with an input_dim"),
-], ids=["empty", "no_sized_module"])
-def test_sequential_without_a_sized_module_raises(modules, message):
-    with pytest.raises(ValueError, match=message):
-        Sequential(modules)
+def test_sequential_without_a_sized_module_raises():
+    with pytest.raises(ValueError, match="Sequential needs at least one module with an input_dim"):
+        Sequential([Activation("tanh")])
 
 
 # --- dense_block -----------------------------------------------------------------------------
 
 
-GRADIENT_CASES = [(True, wrt) for wrt in ["0.weights", "1.gamma", "1.beta", "input"]] + [
-    (False, wrt) for wrt in ["0.weights", "0.bias", "input"]]
-
-
-@pytest.mark.parametrize("batchnorm, wrt", GRADIENT_CASES,
-                         ids=[f"{'batchnorm' if bn else 'plain'}-{wrt}" for bn, wrt in GRADIENT_CASES])
-def test_dense_block_backward_matches_central_differences(batchnorm, wrt):
-    block = dense_block(IN, OUT, "relu", batchnorm=batchnorm, seed=0)
-    rng = np.random.default_rng(1)
-    for name, param in block.parameters.items():  # move gamma, beta and the bias off their defaults
-        if name != "0.weights":
-            param[:] = rng.uniform(0.5, 1.5, param.shape) if name == "1.gamma" else rng.standard_normal(param.shape)
-    x = _x(2)
-    assert np.min(np.abs(_pre_activation(block, x))) > 1e-3, "keep ReLU's kink out of reach of the difference"
-    R = _x(3, width=OUT)
-
-    def loss():  # L = sum(h * R), so dL/dh = R
-        return float(np.sum(block.forward(x) * R))
-
-    block.forward(x)
-    input_delta = block.backward(R)
-    analytic = input_delta if wrt == "input" else block.gradients[wrt]
-    numeric = numerical_gradient(loss, x if wrt == "input" else block.parameters[wrt])
-
-    error = relative_error(analytic, numeric)
-    assert error <= 1e-6, f"dense_block(batchnorm={batchnorm}), dL/d{wrt}: backward (mine) vs central difference: " \
-                          f"error {error:.2e}"
+@given(batch=training_batches, input_dim=widths, output_dim=widths, nonlin=nonlinearities, batchnorm=booleans,
+       seed=seeds)
+def test_dense_block_backward_matches_central_differences(batch, input_dim, output_dim, nonlin, batchnorm, seed):
+    rng = np.random.default_rng(seed)
+    block = dense_block(input_dim, output_dim, nonlin, batchnorm=batchnorm, rng=rng)
+    x, R = random_input_and_delta(block, rng, batch)
+    if batchnorm:
+        assume(np.min(block.modules[0].predict(x).var(axis=0)) > 1e-3)
+    assert_backward_matches_central_differences(block, x, R, f"{block!r}, batch {batch}")
 
 
 def test_dense_block_with_batchnorm_is_linear_without_bias_then_batchnorm_then_nonlinearity():
@@ -225,17 +188,6 @@ def test_dense_block_without_batchnorm_is_linear_with_bias_then_nonlinearity():
     np.testing.assert_allclose(block.forward(x), np.tanh(x @ linear.weights + linear.bias), rtol=1e-14)
 
 
-def test_dense_block_train_and_eval_reach_the_batchnorm_inside():
-    block = dense_block(IN, OUT, seed=0)
-    norm = block.modules[1]
-    assert block.eval() is block and not norm.training
-    block.forward(_x())
-    np.testing.assert_array_equal(norm.running_mean, np.zeros(OUT))
-    assert block.train() is block and norm.training
-    block.forward(_x())
-    assert np.all(norm.running_mean != 0)
-
-
 def test_dense_block_same_seed_gives_the_same_weights():
     a = dense_block(IN, OUT, seed=7).parameters["0.weights"]
     b = dense_block(IN, OUT, seed=7).parameters["0.weights"]
@@ -244,192 +196,22 @@ def test_dense_block_same_seed_gives_the_same_weights():
     assert np.all(a != c)
 
 
-def test_dense_block_float32_in_gives_float32_out():
-    block = dense_block(IN, OUT, seed=0, dtype=np.float32)
-    out = block.forward(_x().astype(np.float32))
-    assert out.dtype == np.float32
-    assert block.backward(np.ones_like(out)).dtype == np.float32
+@given(dtype=dtypes, batch=training_batches, input_dim=widths, output_dim=widths, nonlin=nonlinearities,
+       batchnorm=booleans, rule=update_rules, seed=seeds)
+def test_dense_block_keeps_its_dtype_through_a_training_step(dtype, batch, input_dim, output_dim, nonlin, batchnorm,
+                                                             rule, seed):
+    rng = np.random.default_rng(seed)
+    block = dense_block(input_dim, output_dim, nonlin, batchnorm=batchnorm, update_rule=rule, rng=rng, dtype=dtype)
+    x = normal(rng, batch, input_dim, dtype=dtype)
+    output = block.forward(x)
+    input_delta = block.backward(normal(rng, batch, output_dim, dtype=dtype))
+    assert_dtype(dtype, output=output, input_delta=input_delta, prediction=block.predict(x),
+                 **{f"gradient of {k}": g for k, g in block.gradients.items()})
+    block.update(0.1)
+    assert_tree_dtype(dtype, block, "dense_block")
 
 
 # --- DNIBlock --------------------------------------------------------------------------------
-
-
-def _dni_block(condition_dim=0, init="blog", alpha=0.1, generator_alpha=None):
-    block = dense_block(IN, OUT, "relu", batchnorm=True, seed=0)
-    generator = LinearGenerator(OUT, condition_dim, init=init, seed=1)
-    generator.bias[:] = np.random.default_rng(2).standard_normal(OUT)
-    return DNIBlock(block, generator, alpha, generator_alpha=generator_alpha)
-
-
-def _condition(seed=4, rows=BATCH, width=CONDITION):
-    return np.random.default_rng(seed).standard_normal((rows, width))
-
-
-def _reference_step(dni, x, condition=None):
-    """What one synthetic step must do, on a deep copy: ĝ from the block's output, backward, one SGD step."""
-    block = copy.deepcopy(dni.block)
-    before = {name: p.copy() for name, p in block.parameters.items()}
-    output = block.forward(x)
-    synthetic_gradient = dni.generator.predict(output, condition)
-    input_delta = block.backward(synthetic_gradient)
-    gradients = {name: g.copy() for name, g in block.gradients.items()}
-    block.update(dni.alpha)
-    return block, before, gradients, synthetic_gradient, input_delta, output
-
-
-def test_synthetic_update_moves_every_block_parameter_by_one_descent_step_on_the_synthetic_gradient():
-    dni = _dni_block()
-    x = _x()
-    reference, before, gradients, synthetic_gradient, _, _ = _reference_step(dni, x)
-    assert np.all(synthetic_gradient != 0), "the test needs a non-zero ĝ"
-
-    dni.forward_and_synthetic_update(x)
-
-    for name, param in dni.parameters.items():
-        np.testing.assert_array_equal(param, reference.parameters[name], err_msg=name)
-        np.testing.assert_array_equal(param, before[name] - 0.1 * gradients[name], err_msg=name)
-        assert np.any(param != before[name]), f"{name} did not move"
-
-
-def test_synthetic_update_returns_the_input_delta_of_the_pre_update_parameters():
-    dni = _dni_block()
-    x = _x()
-    _, _, _, synthetic_gradient, expected_delta, expected_output = _reference_step(dni, x)
-
-    input_delta, output = dni.forward_and_synthetic_update(x)
-
-    np.testing.assert_array_equal(output, expected_output)
-    np.testing.assert_array_equal(input_delta, expected_delta)
-    after = copy.deepcopy(dni.block)
-    after.forward(x)
-    assert relative_error(input_delta, after.backward(synthetic_gradient)) > 1e-3, \
-        "the input delta must not come from the updated parameters"
-
-
-def test_synthetic_update_keeps_the_synthetic_gradient():
-    dni = _dni_block()
-    x = _x()
-    _, _, _, synthetic_gradient, _, _ = _reference_step(dni, x)
-    dni.forward_and_synthetic_update(x)
-    np.testing.assert_array_equal(dni.synthetic_gradient, synthetic_gradient)
-
-
-def test_synthetic_update_leaves_the_generator_alone():
-    dni = _dni_block()
-    weights_before = dni.generator.weights.copy()
-    dni.forward_and_synthetic_update(_x())
-    np.testing.assert_array_equal(dni.generator.weights, weights_before)
-
-
-def test_zero_generator_moves_nothing():
-    dni = _dni_block(init="zeros")
-    dni.generator.bias[:] = 0.0
-    before = {name: p.copy() for name, p in dni.parameters.items()}
-    input_delta, _ = dni.forward_and_synthetic_update(_x())
-    np.testing.assert_array_equal(input_delta, np.zeros((BATCH, IN)))
-    for name, param in dni.parameters.items():
-        np.testing.assert_array_equal(param, before[name], err_msg=name)
-
-
-def test_conditioned_block_passes_the_condition_to_the_generator():
-    dni = _dni_block(condition_dim=CONDITION)
-    x, c = _x(), _condition()
-    _, _, _, synthetic_gradient, expected_delta, _ = _reference_step(dni, x, c)
-    input_delta, _ = dni.forward_and_synthetic_update(x, c)
-    np.testing.assert_array_equal(dni.synthetic_gradient, synthetic_gradient)
-    np.testing.assert_array_equal(input_delta, expected_delta)
-
-
-def _nan_condition():
-    c = _condition()
-    c[2, 1] = np.nan
-    return c
-
-
-BAD_CONDITIONS = [
-    pytest.param(CONDITION, None, r"this DNI is conditioned \(condition_dim=3\): pass condition=c", id="missing"),
-    pytest.param(CONDITION, _condition(width=2), r"condition must have shape \(batch, 3\).*got shape \(6, 2\)",
-                 id="wrong_width"),
-    pytest.param(CONDITION, _condition(rows=BATCH - 1), "the input has 6 rows, the condition has 5",
-                 id="wrong_row_count"),
-    pytest.param(CONDITION, _nan_condition(), r"condition holds NaN or inf \(first in row 2\)", id="nan"),
-    pytest.param(0, _condition(), r"this DNI is unconditioned \(condition_dim=0\) but a condition was given",
-                 id="unexpected"),
-]
-
-
-@pytest.mark.parametrize("condition_dim, condition, message", BAD_CONDITIONS)
-def test_bad_condition_raises_before_anything_changes(condition_dim, condition, message):
-    dni = _dni_block(condition_dim=condition_dim)
-    norm = dni.block.modules[1]
-    dni.forward_and_synthetic_update(_x(5), _condition(6) if condition_dim else None)  # a first, good step
-    before = {name: p.copy() for name, p in dni.parameters.items()}
-    running = norm.running_mean.copy(), norm.running_var.copy()
-    generator_before = dni.generator.weights.copy(), dni.generator.input.copy()
-    synthetic_gradient = dni.synthetic_gradient.copy()
-
-    with pytest.raises(ValueError, match=message):
-        dni.forward_and_synthetic_update(_x(), condition)
-
-    for name, param in dni.parameters.items():
-        np.testing.assert_array_equal(param, before[name], err_msg=name)
-    np.testing.assert_array_equal(norm.running_mean, running[0])
-    np.testing.assert_array_equal(norm.running_var, running[1])
-    np.testing.assert_array_equal(dni.generator.weights, generator_before[0])
-    np.testing.assert_array_equal(dni.generator.input, generator_before[1])
-    np.testing.assert_array_equal(dni.synthetic_gradient, synthetic_gradient)
-
-
-def test_input_of_the_wrong_width_raises_before_anything_changes():
-    dni = _dni_block()
-    norm = dni.block.modules[1]
-    before = {name: p.copy() for name, p in dni.parameters.items()}
-    with pytest.raises(ValueError, match=r"input must have shape \(batch, 4\).*got shape \(6, 5\)"):
-        dni.forward_and_synthetic_update(_x(width=IN + 1))
-    for name, param in dni.parameters.items():
-        np.testing.assert_array_equal(param, before[name], err_msg=name)
-    np.testing.assert_array_equal(norm.running_mean, np.zeros(OUT))
-
-
-def test_update_synthetic_weights_takes_one_generator_step_towards_the_target():
-    dni = _dni_block(generator_alpha=0.05)
-    x = _x()
-    target = _x(7, width=OUT)
-    dni.forward_and_synthetic_update(x)
-    reference = copy.deepcopy(dni.generator)
-    weights_before = dni.generator.weights.copy()
-
-    loss = dni.update_synthetic_weights(target)
-
-    assert loss == reference.update(target, 0.05)
-    np.testing.assert_array_equal(dni.generator.weights, reference.weights)
-    np.testing.assert_array_equal(dni.generator.bias, reference.bias)
-    np.testing.assert_array_equal(dni.generator.weights, weights_before - 0.05 * reference.weights_grad)
-
-
-def test_update_synthetic_weights_with_a_target_of_another_shape_raises():
-    dni = _dni_block()
-    dni.forward_and_synthetic_update(_x())
-    weights_before = dni.generator.weights.copy()
-    with pytest.raises(ValueError, match=r"target must have the shape of the last synthetic gradient, \(6, 5\)"):
-        dni.update_synthetic_weights(np.zeros((BATCH - 1, OUT)))
-    np.testing.assert_array_equal(dni.generator.weights, weights_before)
-
-
-def test_update_synthetic_weights_before_a_step_raises():
-    with pytest.raises(ValueError, match=r"call forward_and_synthetic_update\(input\) first"):
-        _dni_block().update_synthetic_weights(np.zeros((BATCH, OUT)))
-
-
-def test_dni_block_train_and_eval_reach_the_batchnorm_inside():
-    dni = _dni_block()
-    assert dni.eval() is dni and not dni.block.modules[1].training
-    assert dni.train() is dni and dni.block.modules[1].training
-
-
-def test_generator_of_another_width_raises():
-    with pytest.raises(ValueError, match=r"generator.output_dim must equal the layer's output_dim, 5; got 4"):
-        DNIBlock(dense_block(IN, OUT, seed=0), LinearGenerator(OUT - 1), 0.1)
 
 
 def test_a_block_refuses_backward_after_update_and_checks_only_its_top_delta():

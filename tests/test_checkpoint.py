@@ -15,14 +15,15 @@ import pytest
 import sgrad
 from data_gen import generate_split
 from sgrad import checkpoint as ckpt
-from sgrad import paper, training
+from sgrad import steps
+from sgrad.experiments import binary_addition, mnist
 from sgrad.checkpoint import (CheckpointError, CheckpointNotFoundError, load_checkpoint, network_state,
                               save_checkpoint)
 from sgrad.losses import softmax_cross_entropy
 
 SGRAD = [sys.executable, "-m", "sgrad"]
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-PAPER_TINY = paper.PaperConfig(hidden=16, generator="mlp", generator_hidden=(8,), batch_size=8, iterations=10,
+PAPER_TINY = mnist.PaperConfig(hidden=16, generator="mlp", generator_hidden=(8,), batch_size=8, iterations=10,
                                eval_every=4, seed=0)
 
 
@@ -43,20 +44,20 @@ def trained(kind, seed=0):
             layer.update(0.1)
         return layer
     if kind == "cdni stack (linear generators, adam)":
-        layers = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 8)))
+        layers = binary_addition.build_network("cdni", 10, 5, binary_addition.TrainConfig(hidden=(8, 8)))
         for _ in range(3):
             x, y = rng.random((16, 10)), rng.integers(0, 2, (16, 5)).astype(float)
-            training.dni_step(layers, x, y, sgrad.bce_with_logits, 0.01, condition=y)
+            steps.dni_step(layers, x, y, sgrad.bce_with_logits, 0.01, condition=y)
         return layers
     method = {"dni blocks (mlp generators, batch norm, adam)": "cdni", "synthetic-loss blocks": "synthetic-loss"}[kind]
     config = dataclasses.replace(PAPER_TINY, seed=seed)
-    layers = paper.build_network(method, 20, config)
+    layers = mnist.build_network(method, 20, config)
     for _ in range(3):
         x, y = rng.random((8, 20), dtype=np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]
         if method == "synthetic-loss":
-            paper.synthetic_loss_step(layers, x, y, 1e-3)
+            steps.synthetic_loss_step(layers, x, y, 1e-3)
         else:
-            training.dni_step(layers, x, y, softmax_cross_entropy, 1e-3, condition=y)
+            steps.dni_step(layers, x, y, softmax_cross_entropy, 1e-3, condition=y)
     return layers
 
 
@@ -103,7 +104,7 @@ def test_a_loaded_network_trains_on_exactly_as_the_saved_one(tmp_path):
     rng = np.random.default_rng(5)
     x, y = rng.random((8, 20), dtype=np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]
     for layers in (saved, loaded):
-        training.dni_step(layers, x, y, softmax_cross_entropy, 1e-3, condition=y)
+        steps.dni_step(layers, x, y, softmax_cross_entropy, 1e-3, condition=y)
     assert_same_state(network_state(loaded), network_state(saved))
 
 
@@ -163,33 +164,33 @@ def test_an_npz_that_is_not_a_checkpoint_is_refused(tmp_path):
 
 
 def test_a_different_layer_count_is_named(saved_stack):
-    deeper = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 8, 8)))
+    deeper = binary_addition.build_network("cdni", 10, 5, binary_addition.TrainConfig(hidden=(8, 8, 8)))
     with pytest.raises(CheckpointError, match="holds a network of 3 layers, this network has 4"):
         load_checkpoint(saved_stack, deeper)
 
 
 def test_a_different_shape_names_the_array_and_both_shapes(saved_stack):
-    wider = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 16)))
+    wider = binary_addition.build_network("cdni", 10, 5, binary_addition.TrainConfig(hidden=(8, 16)))
     with pytest.raises(CheckpointError, match=r"array '1.weights' is float32 of shape \(8, 8\) in the checkpoint but "
                                               r"float32 of shape \(8, 16\) in this network"):
         load_checkpoint(saved_stack, wider)
 
 
 def test_another_kind_of_network_names_an_array_it_lacks(saved_stack):
-    backprop = training.build_network("backprop", 10, 5, training.TrainConfig(hidden=(8, 8)))
+    backprop = binary_addition.build_network("backprop", 10, 5, binary_addition.TrainConfig(hidden=(8, 8)))
     with pytest.raises(CheckpointError, match="it holds '0.generator.net.weights', which this network does not have"):
         load_checkpoint(saved_stack, backprop)
 
 
 def test_another_dtype_is_named(tmp_path):
-    save_checkpoint(tmp_path / "c.npz", paper.build_network("dni", 20, PAPER_TINY))
-    float64 = paper.build_network("dni", 20, dataclasses.replace(PAPER_TINY, dtype="float64"))
+    save_checkpoint(tmp_path / "c.npz", mnist.build_network("dni", 20, PAPER_TINY))
+    float64 = mnist.build_network("dni", 20, dataclasses.replace(PAPER_TINY, dtype="float64"))
     with pytest.raises(CheckpointError, match="is float32 of shape .* but float64"):
         load_checkpoint(tmp_path / "c.npz", float64)
 
 
 def test_a_refused_load_changes_nothing(saved_stack):
-    wider = training.build_network("cdni", 10, 5, training.TrainConfig(hidden=(8, 16), seed=3))
+    wider = binary_addition.build_network("cdni", 10, 5, binary_addition.TrainConfig(hidden=(8, 16), seed=3))
     before = network_state(wider)
     with pytest.raises(CheckpointError):
         load_checkpoint(saved_stack, wider)
@@ -285,12 +286,12 @@ json.dump({"histories": histories, "lines": lines}, sys.stdout)
 def test_train_resumed_in_a_fresh_process_ends_bit_identical_to_an_unbroken_run(tmp_path, monkeypatch):
     """All four methods; 4 steps per epoch, 16 in all, killed at step 7, checkpoints every 3 steps: resumes at 6."""
     data = generate_split(5, 64, 16, seed=0)
-    config = training.TrainConfig(epochs=4, batch_size=16, hidden=(8, 8), seed=2)
-    unbroken = {m: training.train(m, data, config, checkpoint=tmp_path / f"unbroken-{m}.npz") for m in sgrad.METHODS}
+    config = binary_addition.TrainConfig(epochs=4, batch_size=16, hidden=(8, 8), seed=2)
+    unbroken = {m: binary_addition.train(m, data, config, checkpoint=tmp_path / f"unbroken-{m}.npz") for m in sgrad.METHODS}
     for method in sgrad.METHODS:
-        interrupt_at(monkeypatch, training, ["backprop_step", "dni_step"], call=7)
+        interrupt_at(monkeypatch, binary_addition, ["take_step"], call=7)
         with pytest.raises(KeyboardInterrupt):
-            training.train(method, data, config, checkpoint=tmp_path / f"{method}.npz", checkpoint_every=3)
+            binary_addition.train(method, data, config, checkpoint=tmp_path / f"{method}.npz", checkpoint_every=3)
         monkeypatch.undo()
         assert load_checkpoint(tmp_path / f"{method}.npz").metadata["step"] == 6
     result = subprocess.run([sys.executable, "-c", RESUME_TRAIN, str(tmp_path), json.dumps(dataclasses.asdict(config))],
@@ -306,26 +307,26 @@ def test_train_resumed_in_a_fresh_process_ends_bit_identical_to_an_unbroken_run(
 
 def test_train_carries_a_finished_run_on_to_more_epochs(tmp_path):
     data = generate_split(5, 64, 16, seed=0)
-    config = training.TrainConfig(epochs=5, batch_size=16, hidden=(8, 8), seed=1)
-    unbroken = training.train("cdni", data, config)
-    training.train("cdni", data, dataclasses.replace(config, epochs=2), checkpoint=tmp_path / "c.npz")
+    config = binary_addition.TrainConfig(epochs=5, batch_size=16, hidden=(8, 8), seed=1)
+    unbroken = binary_addition.train("cdni", data, config)
+    binary_addition.train("cdni", data, dataclasses.replace(config, epochs=2), checkpoint=tmp_path / "c.npz")
     lines = []
-    resumed = training.train("cdni", data, config, checkpoint=tmp_path / "c.npz", progress=lines.append)
+    resumed = binary_addition.train("cdni", data, config, checkpoint=tmp_path / "c.npz", progress=lines.append)
     assert lines[0] == f"[cdni] resumed from {tmp_path}/c.npz at step 8 of 20"
     assert without_wall_time(resumed) == without_wall_time(unbroken)
 
 
 def test_a_checkpoint_of_other_settings_is_not_resumed_and_says_why(tmp_path):
     data = generate_split(5, 64, 16, seed=0)
-    config = training.TrainConfig(epochs=2, batch_size=16, hidden=(8, 8))
-    training.train("dni", data, config, checkpoint=tmp_path / "c.npz")
+    config = binary_addition.TrainConfig(epochs=2, batch_size=16, hidden=(8, 8))
+    binary_addition.train("dni", data, config, checkpoint=tmp_path / "c.npz")
     lines = []
-    fresh = training.train("dni", data, dataclasses.replace(config, alpha=0.01), checkpoint=tmp_path / "c.npz",
+    fresh = binary_addition.train("dni", data, dataclasses.replace(config, alpha=0.01), checkpoint=tmp_path / "c.npz",
                            progress=lines.append)
     assert lines[0] == (f"[dni] not resuming from {tmp_path}/c.npz: it was saved with other settings or data "
                         "(alpha 0.002 then, 0.01 now); starting afresh")
     assert without_wall_time(fresh) == without_wall_time(
-        training.train("dni", data, dataclasses.replace(config, alpha=0.01)))
+        binary_addition.train("dni", data, dataclasses.replace(config, alpha=0.01)))
 
 
 RESUME_PAPER = """
@@ -349,11 +350,11 @@ def test_train_paper_resumed_in_a_fresh_process_ends_bit_identical(tmp_path, mon
     data = paper_data()
     np.savez(tmp_path / "data.npz", **dict(zip(("x_train", "y_train", "x_test", "y_test"), data)))
     methods = ("backprop", "dni", "cdni", "synthetic-loss")
-    unbroken = {m: paper.train_paper(m, data, PAPER_TINY, checkpoint=tmp_path / f"unbroken-{m}.npz") for m in methods}
+    unbroken = {m: mnist.train_paper(m, data, PAPER_TINY, checkpoint=tmp_path / f"unbroken-{m}.npz") for m in methods}
     for method in methods:
-        interrupt_at(monkeypatch, paper, ["backprop_step", "dni_step", "synthetic_loss_step"], call=7)
+        interrupt_at(monkeypatch, mnist, ["take_step"], call=7)
         with pytest.raises(KeyboardInterrupt):
-            paper.train_paper(method, data, PAPER_TINY, checkpoint=tmp_path / f"{method}.npz", checkpoint_every=3)
+            mnist.train_paper(method, data, PAPER_TINY, checkpoint=tmp_path / f"{method}.npz", checkpoint_every=3)
         monkeypatch.undo()
     result = subprocess.run([sys.executable, "-c", RESUME_PAPER, str(tmp_path),
                              json.dumps(dataclasses.asdict(PAPER_TINY))],
@@ -361,7 +362,7 @@ def test_train_paper_resumed_in_a_fresh_process_ends_bit_identical(tmp_path, mon
     assert result.returncode == 0, result.stderr
     resumed = json.loads(result.stdout)
     for method in methods:
-        assert f"[{method}, depth 3] resumed from {tmp_path}/{method}.npz at iteration 6" in resumed["lines"]
+        assert f"[{method}, depth 3] resumed from {tmp_path}/{method}.npz at iteration 6 of 10" in resumed["lines"]
         assert resumed["histories"][method]["iteration"] == [4, 8, 10]
         assert without_wall_time(resumed["histories"][method]) == without_wall_time(unbroken[method])
         assert_same_state(load_checkpoint(tmp_path / f"{method}.npz").network,

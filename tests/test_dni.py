@@ -1,12 +1,34 @@
-"""DNI: descent on ĝ, pre-update deltas, bootstrapped targets, conditioning, and oracle equivalence to backprop."""
+"""DNI (sgrad/dni.py): the decoupled step ``synthetic_step``, the blog's ``DNI`` layer and ``DNIBlock``.
+
+``synthetic_step`` is the DNI step written once, so each behaviour of the step is specified on it, for a
+Layer and for a Linear→BatchNorm→ReLU block: the forward pass, ĝ = M(h, c), the input delta δ computed
+with the parameters from before the update, one step of the module's update rule on ĝ's gradients, and
+every check made before anything changes.  ``DNI`` and ``DNIBlock`` are specified by what they add: they
+run that step with their own alpha and keep ĝ, they train their generator with generator_alpha, and DNI's
+blog-style construction.  The last section wires DNI layers into stacks with sgrad.steps.
+
+The batch-size rule and train/eval over a DNI's tree are in test_module.py; bad arguments shared by the
+whole public API (a cDNI without its condition, widths, NaN...) in test_bad_input.py.
+"""
+
+import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import (assert_dtype, assert_gradients_match, assert_same_state, assert_tree_dtype, away_from_kinks,
+                      normal, randomize, relative_error, tree_state)
+from hypothesis import assume, given
+from strategies import (MODULE_KINDS, batches, booleans, condition_dims, dtypes, module_kinds, nonlinearities, seeds,
+                        update_rules, widths)
 
-from sgrad import DNI, Layer, LinearGenerator
+from sgrad import DNI, DNIBlock, Layer, LinearGenerator, MLPGenerator, dense_block, synthetic_step
 from sgrad.kernels import dense_backward, dense_forward
 from sgrad.losses import mse
 from sgrad.steps import backprop_step, dni_step
+
+BATCH, IN, OUT, CONDITION = 6, 4, 5, 3
+ALPHA = 0.1
 
 
 class OracleGenerator:
@@ -57,15 +79,330 @@ def random_batch(rng, batch, width):
     return rng.standard_normal((batch, width))
 
 
-def test_dni_weight_update_descends_on_the_synthetic_gradient():
+def _x(seed=0, rows=BATCH, width=IN):
+    return np.random.default_rng(seed).standard_normal((rows, width))
+
+
+def _condition(seed=4, rows=BATCH, width=CONDITION):
+    return np.random.default_rng(seed).standard_normal((rows, width))
+
+
+def _module(kind, update_rule=None):
+    """A tanh Layer with a non-zero bias, or the paper's Linear→BatchNorm→ReLU block: IN → OUT."""
+    if kind == "dense_block":
+        return dense_block(IN, OUT, "relu", batchnorm=True, update_rule=update_rule, seed=0)
+    layer = Layer(IN, OUT, "tanh", update_rule=update_rule, seed=0)
+    layer.bias[:] = np.random.default_rng(3).standard_normal(OUT)
+    return layer
+
+
+def _generator(condition_dim=CONDITION, init="blog"):
+    """A linear generator with random weights and bias, so that every entry of ĝ is non-zero."""
+    generator = LinearGenerator(OUT, condition_dim, init=init, seed=1)
+    if init == "blog":
+        generator.bias[:] = np.random.default_rng(2).standard_normal(OUT)
+    return generator
+
+
+def _reference_step(module, generator, x, condition, alpha=ALPHA):
+    """What one synthetic step must do, done by hand on a copy of the module.
+
+    h = f(x); ĝ = M(h, c); δ = ĝ backpropagated with the parameters before the update, and ĝ's gradients of
+    the parameters; then one step of the module's update rule.
+    """
+    module = copy.deepcopy(module)
+    before = {name: p.copy() for name, p in module.parameters.items()}
+    h = module.forward(x)
+    g_hat = generator.predict(h, condition)
+    delta = module.backward(g_hat)
+    gradients = {name: g.copy() for name, g in module.gradients.items()}
+    module.update(alpha)
+    return SimpleNamespace(before=before, h=h, g_hat=g_hat, delta=delta, gradients=gradients, module=module)
+
+
+# --- synthetic_step: the DNI step, written once -------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+def test_synthetic_step_returns_g_hat_backpropagated_with_the_pre_update_parameters(kind):
+    module, generator = _module(kind), _generator()
+    x, c = _x(), _condition()
+    expected = _reference_step(module, generator, x, c)
+    assert np.all(expected.g_hat != 0), "the test needs a non-zero ĝ"
+
+    delta, h, g_hat = synthetic_step(module, generator, x, c, ALPHA)
+
+    np.testing.assert_array_equal(h, expected.h)
+    np.testing.assert_array_equal(g_hat, expected.g_hat)
+    np.testing.assert_array_equal(delta, expected.delta)
+    after = copy.deepcopy(module)
+    after.forward(x)
+    assert relative_error(delta, after.backward(g_hat)) > 1e-3, "δ must not come from the updated parameters"
+
+
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+def test_synthetic_step_takes_one_descent_step_on_the_gradients_of_g_hat(kind):
+    module, generator = _module(kind), _generator()
+    x, c = _x(), _condition()
+    expected = _reference_step(module, generator, x, c)
+
+    synthetic_step(module, generator, x, c, ALPHA)
+
+    for name, param in module.parameters.items():
+        np.testing.assert_array_equal(param, expected.before[name] - ALPHA * expected.gradients[name], err_msg=name)
+        assert np.any(param != expected.before[name]), f"{name} did not move"
+
+
+@pytest.mark.parametrize("rule", ["momentum", "adam"])
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+def test_synthetic_step_steps_with_the_modules_own_update_rule(kind, rule):
+    module, generator = _module(kind, update_rule=rule), _generator()
+    x, c = _x(), _condition()
+    expected = _reference_step(module, generator, x, c)
+    synthetic_step(module, generator, x, c, ALPHA)
+    for name, param in module.parameters.items():
+        np.testing.assert_array_equal(param, expected.module.parameters[name], err_msg=name)
+
+
+@given(kind=module_kinds, batch=batches, input_dim=widths, output_dim=widths,
+       condition_dim=condition_dims, nonlin=nonlinearities, batchnorm=booleans, seed=seeds)
+def test_synthetic_step_descends_on_the_central_difference_gradient_of_its_synthetic_loss(
+        kind, batch, input_dim, output_dim, condition_dim, nonlin, batchnorm, seed):
+    """With ĝ held fixed, the step is plain descent on L = sum(h * ĝ): check δ and every parameter's change."""
+    assume(kind == "layer" or batch >= 2 or not batchnorm)
+    rng = np.random.default_rng(seed)
+    if kind == "layer":
+        module = Layer(input_dim, output_dim, nonlin, rng=rng)
+    else:
+        module = dense_block(input_dim, output_dim, nonlin, batchnorm=batchnorm, rng=rng)
+    randomize(module.parameters, rng)
+    generator = LinearGenerator(output_dim, condition_dim, init="blog", rng=rng)
+    x = normal(rng, batch, input_dim)
+    c = normal(rng, batch, condition_dim) if condition_dim else None
+    before = copy.deepcopy(module)
+    assume(away_from_kinks(before, x))
+    if kind == "dense_block" and batchnorm:
+        assume(np.min(before.modules[0].predict(x).var(axis=0)) > 1e-3)
+    g_hat = generator.predict(before.predict(x), c)
+
+    delta, _, _ = synthetic_step(module, generator, x, c, ALPHA)
+
+    mine = {name: (before.parameters[name] - param) / ALPHA for name, param in module.parameters.items()}
+    mine["input"] = delta
+    assert_gradients_match(lambda: float(np.sum(before.predict(x) * g_hat)), mine, dict(before.parameters, input=x),
+                           f"synthetic step of {before!r}, c of {condition_dim}, batch {batch}")
+
+
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+def test_synthetic_step_leaves_the_generators_parameters_alone(kind):
+    module, generator = _module(kind), _generator()
+    before = {name: p.copy() for name, p in generator.parameters.items()}
+    synthetic_step(module, generator, _x(), _condition(), ALPHA)
+    for name, param in generator.parameters.items():
+        np.testing.assert_array_equal(param, before[name], err_msg=name)
+
+
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+def test_a_zero_synthetic_gradient_moves_nothing(kind):
+    module, generator = _module(kind), _generator(init="zeros")
+    before = {name: p.copy() for name, p in module.parameters.items()}
+    delta, _, g_hat = synthetic_step(module, generator, _x(), _condition(), ALPHA)
+    np.testing.assert_array_equal(g_hat, np.zeros((BATCH, OUT)))
+    np.testing.assert_array_equal(delta, np.zeros((BATCH, IN)))
+    for name, param in module.parameters.items():
+        np.testing.assert_array_equal(param, before[name], err_msg=name)
+
+
+@pytest.mark.parametrize("condition_dim", [0, CONDITION], ids=["unconditioned", "conditioned"])
+def test_synthetic_step_calls_the_generators_own_forward_with_the_condition(condition_dim):
+    generator = RecordingGenerator(OUT, condition_dim, init="blog", seed=1)
+    c = _condition() if condition_dim else None
+    synthetic_step(_module("layer"), generator, _x(), c, ALPHA)
+    assert len(generator.conditions) == 1 and generator.conditions[0] is c
+
+
+def test_the_condition_changes_the_step():
+    x, c = _x(), _condition()
+    a, b = _module("layer"), _module("layer")
+    synthetic_step(a, _generator(), x, c, ALPHA)
+    synthetic_step(b, _generator(), x, -c, ALPHA)
+    assert np.abs(a.weights - b.weights).max() > 1e-4
+
+
+@pytest.mark.parametrize("condition_dim", [0, CONDITION], ids=["unconditioned", "conditioned"])
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+def test_skipping_the_input_delta_changes_nothing_else(kind, condition_dim):
+    """A bottom module's δ feeds no generator; input_delta=False skips it and returns None."""
+    x, c = _x(), _condition() if condition_dim else None
+    full, lean = _module(kind), _module(kind)
+    delta, h, g_hat = synthetic_step(full, _generator(condition_dim), x, c, ALPHA)
+    none, lean_h, lean_g_hat = synthetic_step(lean, _generator(condition_dim), x, c, ALPHA, input_delta=False)
+    assert delta.shape == (BATCH, IN) and none is None
+    np.testing.assert_array_equal(lean_h, h)
+    np.testing.assert_array_equal(lean_g_hat, g_hat)
+    for name, param in lean.parameters.items():
+        np.testing.assert_array_equal(param, full.parameters[name], err_msg=name)
+
+
+def _nan_condition():
+    c = _condition()
+    c[2, 1] = np.nan
+    return c
+
+
+BAD_STEPS = [
+    pytest.param("layer", _generator, _x(), None, r"this DNI is conditioned \(condition_dim=3\): pass condition=c",
+                 id="missing-condition"),
+    pytest.param("dense_block", _generator, _x(), _condition(rows=BATCH - 1),
+                 "the input has 6 rows, the condition has 5", id="condition-of-another-row-count"),
+    pytest.param("layer", _generator, _x(), np.zeros(BATCH * CONDITION), r"got shape \(18,\)",
+                 id="one-dimensional-condition"),
+    pytest.param("dense_block", _generator, _x(), _nan_condition(), r"condition holds NaN or inf \(first in row 2\)",
+                 id="nan-condition"),
+    pytest.param("dense_block", _generator, _x(width=IN + 1), _condition(),
+                 r"input must have shape \(batch, 4\).*got shape \(6, 5\)", id="input-of-another-width"),
+    pytest.param("dense_block", _generator, _x(rows=1), _condition(rows=1), "needs a batch of at least 2 rows",
+                 id="one-row-under-batch-norm"),
+    pytest.param("layer", lambda: MLPGenerator(OUT, CONDITION, hidden=(3,), seed=1), _x(rows=1), _condition(rows=1),
+                 "needs a batch of at least 2 rows", id="one-row-for-a-batch-norm-generator"),
+]
+
+
+@pytest.mark.parametrize("kind, make_generator, x, condition, message", BAD_STEPS)
+def test_a_bad_step_raises_before_anything_changes(kind, make_generator, x, condition, message):
+    module, generator = _module(kind), make_generator()
+    synthetic_step(module, generator, _x(5), _condition(6), ALPHA)  # a first, good step fills every cache
+    before_module, before_generator = tree_state(module), tree_state(generator)
+
+    with pytest.raises(ValueError, match=message):
+        synthetic_step(module, generator, x, condition, ALPHA)
+
+    assert_same_state(module, before_module)
+    assert_same_state(generator, before_generator)
+
+
+class MisshapenGenerator(LinearGenerator):
+    """A user's generator whose prediction has one column too few."""
+
+    def forward(self, h, condition=None):
+        return super().forward(h, condition)[:, :-1]
+
+
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+def test_a_prediction_that_does_not_fit_is_refused_before_the_parameters_move(kind):
+    module = _module(kind)
+    before = {name: p.copy() for name, p in module.parameters.items()}
+    with pytest.raises(ValueError, match=r"the generator's synthetic gradient must have shape \(batch, 5\) "
+                                         r"\(5 = the width of this layer's output\); got shape \(6, 4\)"):
+        synthetic_step(module, MisshapenGenerator(OUT, init="blog", seed=1), _x(), None, ALPHA)
+    for name, param in module.parameters.items():
+        np.testing.assert_array_equal(param, before[name], err_msg=name)
+
+
+# --- DNI and DNIBlock: the step with their own alpha, the generator's with generator_alpha --------
+
+
+def _dni(condition_dim=CONDITION):
+    return DNI(IN, OUT, "tanh", alpha=0.05, generator_alpha=0.02, condition_dim=condition_dim,
+               generator_init="blog", seed=0)
+
+
+def _dni_block(condition_dim=CONDITION):
+    return DNIBlock(dense_block(IN, OUT, seed=0), _generator(condition_dim), 0.05, generator_alpha=0.02)
+
+
+OWNERS = pytest.mark.parametrize("make", [_dni, _dni_block], ids=["DNI", "DNIBlock"])
+
+
+@pytest.mark.parametrize("input_delta", [True, False])
+@OWNERS
+def test_forward_and_synthetic_update_is_synthetic_step_with_its_own_alpha(make, input_delta):
+    owner = make()
+    x, c = _x(), _condition()
+    reference = copy.deepcopy(owner)
+    module = reference.block if isinstance(reference, DNIBlock) else reference
+    expected_delta, expected_h, expected_g_hat = synthetic_step(module, reference.generator, x, c, owner.alpha,
+                                                                input_delta=input_delta)
+
+    delta, output = owner.forward_and_synthetic_update(x, c, input_delta=input_delta)
+
+    assert (delta is None) == (not input_delta)
+    if input_delta:
+        np.testing.assert_array_equal(delta, expected_delta)
+    np.testing.assert_array_equal(output, expected_h)
+    np.testing.assert_array_equal(owner.synthetic_gradient, expected_g_hat)
+    for name, param in owner.parameters.items():
+        np.testing.assert_array_equal(param, reference.parameters[name], err_msg=name)
+
+
+@OWNERS
+def test_update_synthetic_weights_is_one_generator_update_with_generator_alpha(make):
+    owner = make()
+    target = _x(7, width=OUT)
+    owner.forward_and_synthetic_update(_x(), _condition())
+    reference = copy.deepcopy(owner.generator)
+    before = {name: p.copy() for name, p in owner.generator.parameters.items()}
+
+    loss = owner.update_synthetic_weights(target)
+
+    assert loss == reference.update(target, 0.02)
+    for name, param in owner.generator.parameters.items():
+        np.testing.assert_array_equal(param, reference.parameters[name], err_msg=name)
+        np.testing.assert_array_equal(param, before[name] - 0.02 * reference.gradients[name], err_msg=name)
+
+
+@OWNERS
+def test_update_synthetic_weights_before_a_step_raises(make):
+    with pytest.raises(ValueError, match=r"call forward_and_synthetic_update\(input\) first"):
+        make().update_synthetic_weights(np.zeros((BATCH, OUT)))
+
+
+@OWNERS
+def test_update_synthetic_weights_with_a_target_of_another_shape_raises_and_changes_nothing(make):
+    owner = make()
+    owner.forward_and_synthetic_update(_x(), _condition())
+    before = tree_state(owner)
+    with pytest.raises(ValueError, match=r"target must have the shape of the last synthetic gradient, \(6, 5\)"):
+        owner.update_synthetic_weights(np.zeros((BATCH - 1, OUT)))
+    assert_same_state(owner, before)
+
+
+def test_a_generator_of_another_condition_dim_is_refused():
+    with pytest.raises(ValueError, match="generator.condition_dim must equal the layer's condition_dim, 0; got 2"):
+        DNI(5, 4, "tanh", generator=LinearGenerator(4, condition_dim=2))
+
+
+# --- DNI: the blog's layer ------------------------------------------------------------------------
+
+
+def test_a_fresh_dni_does_not_move_until_its_generator_has_learned():
     rng = np.random.default_rng(0)
-    layer = DNI(5, 4, "tanh", alpha=0.01, generator_init="blog", seed=1)
-    x = random_batch(rng, 6, 5)
+    layer = DNI(5, 4, "tanh", seed=6)
     before = layer.weights.copy()
-    layer.forward_and_synthetic_update(x)
-    g_hat = layer.synthetic_gradient
-    expected_step = x.T @ (g_hat * (1 - layer.output**2))
-    np.testing.assert_allclose(layer.weights, before - 0.01 * expected_step, rtol=0, atol=1e-15)
+    input_delta, _ = layer.forward_and_synthetic_update(random_batch(rng, 3, 5))
+    np.testing.assert_array_equal(layer.weights, before)
+    np.testing.assert_array_equal(input_delta, np.zeros((3, 5)))
+
+
+def test_blog_positional_call_and_names_work():
+    from sgrad import sigmoid, sigmoid_out2deriv
+
+    layer = DNI(16, 128, sigmoid, sigmoid_out2deriv, 0.1, seed=0)
+    assert layer.weights.shape == (16, 128)
+    assert layer.alpha == 0.1 and layer.generator_alpha == 0.1
+    assert layer.generator.weights.shape == (128, 128)
+    assert DNI(16, 8, "relu", seed=0).nonlin.__name__ == "relu"
+
+
+def test_forward_is_inference_only():
+    rng = np.random.default_rng(0)
+    layer = DNI(5, 4, "tanh", generator_init="blog", seed=5)
+    before = layer.weights.copy()
+    generator_before = layer.generator.weights.copy()
+    out = layer.forward(random_batch(rng, 3, 5))
+    assert out.shape == (3, 4)
+    np.testing.assert_array_equal(layer.weights, before)
+    np.testing.assert_array_equal(layer.generator.weights, generator_before)
 
 
 def test_dni_update_lowers_the_linearised_loss_and_the_blogs_sign_raises_it():
@@ -85,65 +422,40 @@ def test_dni_update_lowers_the_linearised_loss_and_the_blogs_sign_raises_it():
     assert surrogate(blog_weights) > surrogate(w0) + 1e-6
 
 
-def test_generator_update_lowers_its_loss_and_the_blogs_sign_raises_it():
-    rng = np.random.default_rng(0)
-    x = random_batch(rng, 8, 5)
-    target = random_batch(rng, 8, 4)
-    layer = DNI(5, 4, "tanh", alpha=1e-12, generator_alpha=0.05, generator_init="blog", seed=3)
-    layer.forward_and_synthetic_update(x)
-    generator = layer.generator
-    w0, b0 = generator.weights.copy(), generator.bias.copy()
+def test_normal_update_backpropagates_the_true_gradient_and_steps_with_alpha():
+    """The blog's top-layer step: the input delta from the pre-update weights, then one step with alpha."""
+    layer = _dni(condition_dim=0)
+    x, g = _x(), _x(7, width=OUT)
+    reference = Layer(IN, OUT, "tanh", init=layer.weights.copy())
+    reference.bias[:] = layer.bias
+    reference.forward(x)
+    expected_delta = reference.backward(g)
+    reference.update(layer.alpha)
 
-    def regression_loss(weights, bias):
-        return 0.5 * np.sum((layer.output @ weights + bias - target) ** 2) / len(x)
+    layer.forward(x)
+    delta = layer.normal_update(g)
 
-    first = layer.update_synthetic_weights(target)
-    assert first == pytest.approx(regression_loss(w0, b0), rel=1e-12)
-    after = regression_loss(generator.weights, generator.bias)
-    blog = regression_loss(2 * w0 - generator.weights, 2 * b0 - generator.bias)
-    assert after < first
-    assert blog > first
+    np.testing.assert_array_equal(delta, expected_delta)
+    np.testing.assert_array_equal(layer.weights, reference.weights)
+    np.testing.assert_array_equal(layer.bias, reference.bias)
 
 
-def test_input_delta_uses_the_weights_from_before_the_update():
-    rng = np.random.default_rng(0)
-    x = random_batch(rng, 6, 5)
-    layer = DNI(5, 4, "tanh", alpha=0.5, generator_init="blog", seed=4)
-    before = layer.weights.copy()
-    input_delta, output = layer.forward_and_synthetic_update(x)
-    dz = layer.synthetic_gradient * (1 - output**2)
-    np.testing.assert_allclose(input_delta, dz @ before.T, rtol=1e-13, atol=0)
-    assert np.abs(input_delta - dz @ layer.weights.T).max() > 1e-3
+@given(dtype=dtypes, batch=batches, input_dim=widths, output_dim=widths, condition_dim=condition_dims,
+       nonlin=nonlinearities, rule=update_rules, seed=seeds)
+def test_keeps_its_dtype_through_a_step(dtype, batch, input_dim, output_dim, condition_dim, nonlin, rule, seed):
+    """A DNI builds its default generator in its own dtype, and a step keeps it."""
+    rng = np.random.default_rng(seed)
+    layer = DNI(input_dim, output_dim, nonlin, condition_dim=condition_dim, generator_init="blog", update_rule=rule,
+                rng=rng, dtype=dtype)
+    c = normal(rng, batch, condition_dim, dtype=dtype) if condition_dim else None
+    input_delta, output = layer.forward_and_synthetic_update(normal(rng, batch, input_dim, dtype=dtype), c)
+    layer.update_synthetic_weights(normal(rng, batch, output_dim, dtype=dtype))
+    assert_dtype(dtype, input_delta=input_delta, output=output, synthetic_gradient=layer.synthetic_gradient,
+                 **{f"generator gradient of {k}": g for k, g in layer.generator.gradients.items()})
+    assert_tree_dtype(dtype, layer, "DNI")  # the layer, its generator and the generator's net
 
 
-def test_forward_is_inference_only():
-    rng = np.random.default_rng(0)
-    layer = DNI(5, 4, "tanh", generator_init="blog", seed=5)
-    before = layer.weights.copy()
-    generator_before = layer.generator.weights.copy()
-    out = layer.forward(random_batch(rng, 3, 5))
-    assert out.shape == (3, 4)
-    np.testing.assert_array_equal(layer.weights, before)
-    np.testing.assert_array_equal(layer.generator.weights, generator_before)
-
-
-def test_zero_initialised_generator_leaves_a_fresh_layer_unchanged():
-    rng = np.random.default_rng(0)
-    layer = DNI(5, 4, "tanh", seed=6)
-    before = layer.weights.copy()
-    input_delta, _ = layer.forward_and_synthetic_update(random_batch(rng, 3, 5))
-    np.testing.assert_array_equal(layer.weights, before)
-    np.testing.assert_array_equal(input_delta, np.zeros((3, 5)))
-
-
-def test_blog_positional_call_and_names_work():
-    from sgrad import sigmoid, sigmoid_out2deriv
-
-    layer = DNI(16, 128, sigmoid, sigmoid_out2deriv, 0.1, seed=0)
-    assert layer.weights.shape == (16, 128)
-    assert layer.alpha == 0.1 and layer.generator_alpha == 0.1
-    assert layer.generator.weights.shape == (128, 128)
-    assert DNI(16, 8, "relu", seed=0).nonlin.__name__ == "relu"
+# --- stacks of DNI layers (sgrad.steps) -------------------------------------------------------
 
 
 @pytest.mark.parametrize("update_rule", ["sgd", "adam"])
@@ -221,120 +533,6 @@ def test_each_generator_regresses_onto_what_the_layer_above_returned():
     np.testing.assert_allclose(layers[2].generator.targets[-1], g @ top_pre.T, rtol=1e-12)
 
 
-def test_repeated_generator_updates_fit_a_linear_target_100_fold():
-    rng = np.random.default_rng(0)
-    x = random_batch(rng, 32, 6)
-    # alpha ~ 0 keeps h fixed, so the generator sees one (h, target) pair over and over.
-    layer = DNI(6, 5, "tanh", alpha=1e-300, generator_alpha=0.2, seed=0)
-    h = layer.forward(x)
-    target = h @ rng.standard_normal((5, 5)) + rng.standard_normal(5)
-    losses = []
-    for _ in range(300):
-        layer.forward_and_synthetic_update(x)
-        losses.append(layer.update_synthetic_weights(target))
-    np.testing.assert_array_equal(layer.output, h)
-    assert losses[0] / losses[-1] >= 100
-
-
-def test_condition_reaches_the_generator():
-    rng = np.random.default_rng(0)
-    generator = RecordingGenerator(4, condition_dim=3, init="blog", seed=0)
-    layer = DNI(5, 4, "tanh", condition_dim=3, generator=generator, seed=0)
-    x, c = random_batch(rng, 6, 5), random_batch(rng, 6, 3)
-    layer.forward_and_synthetic_update(x, c)
-    assert generator.conditions[-1] is c
-    expected = np.concatenate([layer.output, c], axis=1) @ generator.weights + generator.bias
-    np.testing.assert_allclose(layer.synthetic_gradient, expected, rtol=1e-13)
-
-
-def test_condition_changes_the_update():
-    rng = np.random.default_rng(0)
-    x, c = random_batch(rng, 6, 5), random_batch(rng, 6, 3)
-    a = DNI(5, 4, "tanh", condition_dim=3, generator_init="blog", seed=7)
-    b = DNI(5, 4, "tanh", condition_dim=3, generator_init="blog", seed=7)
-    a.forward_and_synthetic_update(x, c)
-    b.forward_and_synthetic_update(x, -c)
-    assert np.abs(a.weights - b.weights).max() > 1e-4
-
-
-@pytest.mark.parametrize(
-    "condition, fragment",
-    [(None, "conditioned (condition_dim=3)"),
-     (np.zeros((6, 2)), "(batch, 3)"),
-     (np.zeros((5, 3)), "the input has 6 rows, the condition has 5"),
-     (np.zeros(6 * 3), "got shape (18,)"),
-     (np.full((6, 3), np.nan), "NaN or inf")])
-def test_bad_condition_for_cdni_raises_and_leaves_weights_alone(condition, fragment):
-    rng = np.random.default_rng(0)
-    layer = DNI(5, 4, "tanh", condition_dim=3, generator_init="blog", seed=0)
-    weights, generator_weights = layer.weights.copy(), layer.generator.weights.copy()
-    with pytest.raises(ValueError, match=None) as info:
-        layer.forward_and_synthetic_update(random_batch(rng, 6, 5), condition)
-    assert fragment in str(info.value)
-    np.testing.assert_array_equal(layer.weights, weights)
-    np.testing.assert_array_equal(layer.generator.weights, generator_weights)
-
-
-def test_condition_given_to_an_unconditioned_dni_raises():
-    layer = DNI(5, 4, "tanh", seed=0)
-    with pytest.raises(ValueError, match="unconditioned"):
-        layer.forward_and_synthetic_update(np.zeros((2, 5)), np.zeros((2, 3)))
-
-
-def test_update_synthetic_weights_checks_its_target():
-    layer = DNI(5, 4, "tanh", seed=0)
-    with pytest.raises(ValueError, match="forward_and_synthetic_update"):
-        layer.update_synthetic_weights(np.zeros((2, 4)))
-    layer.forward_and_synthetic_update(np.zeros((2, 5)))
-    with pytest.raises(ValueError, match=r"\(batch, 4\).*got shape \(2, 3\)"):
-        layer.update_synthetic_weights(np.zeros((2, 3)))
-
-
-def test_a_generator_of_the_wrong_width_is_refused():
-    with pytest.raises(ValueError, match="output_dim"):
-        DNI(5, 4, "tanh", generator=LinearGenerator(3))
-    with pytest.raises(ValueError, match="condition_dim"):
-        DNI(5, 4, "tanh", generator=LinearGenerator(4, condition_dim=2))
-    with pytest.raises(TypeError, match="lacks"):
-        DNI(5, 4, "tanh", generator=object())
-
-
-@pytest.mark.parametrize("condition_dim", [0, 3])
-def test_skipping_the_input_delta_changes_nothing_else(condition_dim):
-    """A bottom layer's input delta feeds no generator; input_delta=False skips it and returns None."""
-    rng = np.random.default_rng(0)
-    x, c = rng.normal(size=(6, 4)), rng.normal(size=(6, 3)) if condition_dim else None
-    full, lean = (DNI(4, 5, "tanh", alpha=0.05, condition_dim=condition_dim, generator_init="blog", seed=2)
-                  for _ in range(2))
-    delta, out = full.forward_and_synthetic_update(x, c)
-    none, lean_out = lean.forward_and_synthetic_update(x, c, input_delta=False)
-    assert delta.shape == (6, 4) and none is None
-    np.testing.assert_array_equal(lean_out, out)
-    np.testing.assert_array_equal(lean.weights, full.weights)
-    np.testing.assert_array_equal(lean.synthetic_gradient, full.synthetic_gradient)
-
-
-class MisshapenGenerator(LinearGenerator):
-    """A user's generator whose prediction has one column too few."""
-
-    def forward(self, h, condition=None):
-        return super().forward(h, condition)[:, :-1]
-
-
-def test_a_generator_whose_prediction_does_not_fit_is_refused_before_the_layer_moves():
-    layer = DNI(5, 4, "tanh", generator=MisshapenGenerator(4, init="blog", seed=1), seed=0)
-    weights = layer.weights.copy()
-    with pytest.raises(ValueError, match=r"the generator's synthetic gradient must have shape \(batch, 4\) "
-                                         r"\(4 = the width of this layer's output\); got shape \(6, 3\)"):
-        layer.forward_and_synthetic_update(np.random.default_rng(0).random((6, 5)))
-    np.testing.assert_array_equal(layer.weights, weights)
-
-
-def test_a_subclassed_generators_forward_is_still_called():
-    generator = RecordingGenerator(4, init="blog", seed=1)
-    layer = DNI(5, 4, "tanh", generator=generator, seed=0)
-    layer.forward_and_synthetic_update(np.random.default_rng(0).random((6, 5)))
-    assert generator.conditions == [None]
 
 
 def test_dni_step_equals_each_layers_public_calls():

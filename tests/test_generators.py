@@ -1,174 +1,364 @@
-"""LinearGenerator ĝ = [h, c] @ weights + bias: initialisation, gradients, learning, conditioning."""
+"""Generators ĝ = M(h, c) (sgrad/generators.py): LinearGenerator, MLPGenerator and SyntheticLossGenerator.
+
+Initialisation, gradients against central differences, the update, predict, conditioning, learning,
+stability and dtype.  What every generator shares is specified once over the three kinds; what one kind
+adds (MLPGenerator's zero output layer, SyntheticLossGenerator's predicted loss ℓ̂ = softplus(net([h, c])),
+of which ĝ = dL̂/dh is the gradient) has a test of its own.  Reaching the batch norms inside with train/eval
+is the Module tree's, in test_module.py; bad arguments shared by the whole public API are in test_bad_input.py.
+"""
+
+import copy
 
 import numpy as np
 import pytest
-from conftest import numerical_gradient, relative_error
+from conftest import (assert_dtype, assert_gradients_match, assert_same_state, assert_tree_dtype, away_from_kinks,
+                      normal, randomize, tree_state)
+from hypothesis import assume, given
+from strategies import (LIMIT, batches, booleans, condition_dims, dtypes, generator_kinds, gradient_generator_kinds,
+                        hidden_widths, seeds, training_batches, update_rules, widths)
 
-from sgrad.generators import LinearGenerator, MLPGenerator, regression_loss
+from sgrad.generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator, regression_loss
 
-BATCH, WIDTH, CONDITION = 5, 4, 3
+BATCH, WIDTH, CONDITION, HIDDEN = 6, 4, 3, (16, 16)
+CLASSES = {"linear": LinearGenerator, "mlp": MLPGenerator, "synthetic-loss": SyntheticLossGenerator}
+# The fixed cases: each kind, the two with hidden blocks with and without batch norm.
+KINDS = [pytest.param("linear", True, id="linear"),
+         pytest.param("mlp", True, id="mlp-batchnorm"), pytest.param("mlp", False, id="mlp-plain"),
+         pytest.param("synthetic-loss", True, id="synthetic-loss-batchnorm"),
+         pytest.param("synthetic-loss", False, id="synthetic-loss-plain")]
+BATCHNORM = pytest.mark.parametrize("batchnorm", [True, False], ids=["batchnorm", "plain"])
 
 
-def _h(seed=0):
-    return np.random.default_rng(seed).standard_normal((BATCH, WIDTH))
+def _h(seed=0, rows=BATCH):
+    return np.random.default_rng(seed).standard_normal((rows, WIDTH))
 
 
 def _condition(seed=1, rows=BATCH, width=CONDITION):
     return np.random.default_rng(seed).standard_normal((rows, width))
 
 
-# --- initialisation and predict --------------------------------------------------------------
+def _generator(kind="mlp", batchnorm=True, condition_dim=CONDITION, randomise=True, **options):
+    """A float64 generator of WIDTH outputs (hidden=(16, 16) but for the linear one).
+
+    Randomised, every parameter is off its initial value: the zero-initialised output layer would hide every
+    other gradient, and a zero synthetic gradient would make many tests pass for the wrong reason.
+    """
+    if kind == "linear":
+        generator = LinearGenerator(WIDTH, condition_dim, seed=0, **options)
+    else:
+        generator = CLASSES[kind](WIDTH, condition_dim, hidden=HIDDEN, batchnorm=batchnorm, seed=0, **options)
+    if randomise:
+        rng = np.random.default_rng(10)
+        for name, param in generator.parameters.items():
+            if name.endswith("gamma"):
+                param[:] = rng.uniform(0.5, 1.5, param.shape)
+            elif kind == "linear" or name.startswith(f"{len(HIDDEN)}.") or not name.endswith("weights"):
+                param[:] = 0.5 * rng.standard_normal(param.shape)
+    return generator
 
 
-def test_zeros_init_predicts_zero():
-    generator = LinearGenerator(WIDTH, init="zeros")
-    np.testing.assert_array_equal(generator.predict(_h()), np.zeros((BATCH, WIDTH)))
+def _target(kind, seed=2, rows=BATCH):
+    """A regression target: a predicted loss (rows, 1) for the synthetic-loss generator, else a gradient."""
+    rng = np.random.default_rng(seed)
+    return rng.uniform(0.0, 2.0, (rows, 1)) if kind == "synthetic-loss" else rng.standard_normal((rows, WIDTH))
 
 
-def test_zeros_is_the_default_init():
-    np.testing.assert_array_equal(LinearGenerator(WIDTH, CONDITION).weights, np.zeros((WIDTH + CONDITION, WIDTH)))
+def _prediction(generator):
+    """What the generator regresses onto its target: ℓ̂ for the synthetic-loss generator, else ĝ."""
+    if isinstance(generator, SyntheticLossGenerator):
+        return generator.predicted_loss
+    return generator.synthetic_gradient
 
 
-def test_blog_init_is_random_and_seeded():
-    a = LinearGenerator(WIDTH, init="blog", seed=3).weights
-    b = LinearGenerator(WIDTH, init="blog", seed=3).weights
-    c = LinearGenerator(WIDTH, init="blog", seed=4).weights
-    np.testing.assert_array_equal(a, b)
-    assert np.all(a != c)
-    assert np.all(a != 0)
+def make_generator(kind, output_dim, condition_dim, hidden, batchnorm, rng, dtype=np.float64, update_rule=None):
+    """A generator of the kind drawn by a property; ``hidden`` and ``batchnorm`` do not apply to the linear one."""
+    options = dict(update_rule=update_rule, rng=rng, dtype=dtype)
+    if kind == "linear":
+        return LinearGenerator(output_dim, condition_dim, **options)
+    return CLASSES[kind](output_dim, condition_dim, hidden=hidden, batchnorm=batchnorm, **options)
 
 
-def test_conditioned_weights_have_a_row_per_input_and_condition_column():
-    assert LinearGenerator(WIDTH, CONDITION).weights.shape == (WIDTH + CONDITION, WIDTH)
+def _joined(h, c):
+    return h if c is None else np.concatenate([h, c], axis=1)
 
 
-def test_predict_has_no_side_effects():
-    generator = LinearGenerator(WIDTH, init="blog", seed=0)
-    h = _h(0)
+def _drawn_generator(kind, batch, output_dim, condition_dim, hidden, batchnorm, seed):
+    """A drawn generator with random parameters and an input (h, c) that keeps its ReLUs off their kinks; the rng."""
+    assume(batch >= 2 or not (batchnorm and hidden and kind != "linear"))
+    rng = np.random.default_rng(seed)
+    generator = make_generator(kind, output_dim, condition_dim, hidden, batchnorm, rng)
+    randomize(generator.parameters, rng)
+    h = normal(rng, batch, output_dim)
+    c = normal(rng, batch, condition_dim) if condition_dim else None
+    assume(away_from_kinks(generator.net, _joined(h, c)))
+    return generator, h, c, rng
+
+
+# --- initialisation ----------------------------------------------------------------------------
+
+
+def test_linear_zeros_is_the_default_init_and_predicts_zero():
+    generator = LinearGenerator(WIDTH, CONDITION)
+    np.testing.assert_array_equal(generator.weights, np.zeros((WIDTH + CONDITION, WIDTH)))
+    np.testing.assert_array_equal(generator.predict(_h(), _condition()), np.zeros((BATCH, WIDTH)))
+
+
+@BATCHNORM
+def test_mlp_output_layer_starts_at_zero_so_the_synthetic_gradient_is_zero(batchnorm):
+    generator = _generator(batchnorm=batchnorm, randomise=False)
+    output_layer = generator.net.modules[-1]
+    np.testing.assert_array_equal(output_layer.weights, np.zeros((HIDDEN[-1], WIDTH)))
+    np.testing.assert_array_equal(output_layer.bias, np.zeros(WIDTH))
+    np.testing.assert_array_equal(generator.forward(_h(), _condition()), np.zeros((BATCH, WIDTH)))
+
+
+def test_fresh_synthetic_loss_generator_predicts_log_two_and_a_zero_synthetic_gradient():
+    generator = _generator("synthetic-loss", randomise=False)
+    synthetic_gradient = generator.forward(_h(), _condition())
+    np.testing.assert_allclose(generator.predicted_loss, np.full((BATCH, 1), np.log(2.0)), rtol=1e-15)
+    np.testing.assert_array_equal(synthetic_gradient, np.zeros((BATCH, WIDTH)))
+
+
+@pytest.mark.parametrize("make, random_weights", [
+    (lambda seed: LinearGenerator(WIDTH, init="blog", seed=seed), ["weights"]),
+    (lambda seed: MLPGenerator(WIDTH, CONDITION, hidden=HIDDEN, seed=seed), ["0.0.weights", "1.0.weights"]),
+], ids=["linear-blog", "mlp"])
+def test_same_seed_gives_the_same_parameters_and_random_weights_differ_with_the_seed(make, random_weights):
+    a, b, c = make(3).parameters, make(3).parameters, make(4).parameters
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    for name in random_weights:
+        assert np.all(a[name] != 0), f"{name} should be randomly initialised"
+        assert np.all(a[name] != c[name]), f"{name} should change with the seed"
+
+
+@pytest.mark.parametrize("kind", ["linear", "mlp"])
+def test_condition_is_concatenated_to_h(kind):
+    generator = _generator(kind)
+    h, c = _h(), _condition()
+    generator.forward(h, c)
+    np.testing.assert_array_equal(generator.input, np.concatenate([h, c], axis=1))
+    first_weights = next(iter(generator.parameters.values()))
+    assert first_weights.shape[0] == WIDTH + CONDITION, "a row of the first weights per column of h and of c"
+
+
+# --- gradients against central differences ---------------------------------------------------
+
+
+@given(kind=generator_kinds, batch=batches, output_dim=widths, condition_dim=condition_dims, hidden=hidden_widths,
+       batchnorm=booleans, seed=seeds)
+def test_parameter_gradients_match_central_differences(kind, batch, output_dim, condition_dim, hidden,
+                                                       batchnorm, seed):
+    """``gradients`` after ``update`` are dL_M/d(parameter) for L_M = 1/(2 batch) sum((prediction - target)**2)."""
+    generator, h, c, rng = _drawn_generator(kind, batch, output_dim, condition_dim, hidden, batchnorm, seed)
+    target = np.abs(normal(rng, batch, 1 if kind == "synthetic-loss" else output_dim))
+    probe = copy.deepcopy(generator)  # the generator before the step
+
+    def loss():
+        probe.forward(h, c)
+        return regression_loss(_prediction(probe), target)[0]
+
+    generator.forward(h, c)
+    generator.update(target, 0.1)
+    assert_gradients_match(loss, generator.gradients, probe.parameters,
+                           f"{kind} generator, hidden {hidden}, batch norm {batchnorm}, c of {condition_dim}")
+
+
+@given(kind=gradient_generator_kinds, batch=batches, output_dim=widths, condition_dim=condition_dims,
+       hidden=hidden_widths, batchnorm=booleans, seed=seeds)
+def test_input_gradient_of_the_net_matches_central_differences(kind, batch, output_dim, condition_dim, hidden,
+                                                               batchnorm, seed):
+    """The generator's net backpropagates dL_M/dĝ to its input [h, c]."""
+    generator, h, c, rng = _drawn_generator(kind, batch, output_dim, condition_dim, hidden, batchnorm, seed)
+    target = normal(rng, batch, output_dim)
+
+    def loss():
+        return regression_loss(generator.forward(h, c), target)[0]
+
+    dinput = generator.net.backward(regression_loss(generator.forward(h, c), target)[1])
+    mine = {"h": dinput[:, :output_dim]}
+    arrays = {"h": h}
+    if c is not None:
+        mine["c"], arrays["c"] = dinput[:, output_dim:], c
+    assert_gradients_match(loss, mine, arrays, f"{kind} generator, hidden {hidden}, batch norm {batchnorm}")
+
+
+@given(batch=batches, output_dim=widths, condition_dim=condition_dims, hidden=hidden_widths,
+       batchnorm=booleans, seed=seeds)
+def test_synthetic_loss_gradient_is_the_central_difference_of_the_mean_predicted_loss(
+        batch, output_dim, condition_dim, hidden, batchnorm, seed):
+    """SyntheticLossGenerator's ĝ is dL̂/dh with L̂ the batch mean of the predicted loss ℓ̂."""
+    generator, h, c, _ = _drawn_generator("synthetic-loss", batch, output_dim, condition_dim, hidden, batchnorm, seed)
+
+    def mean_predicted_loss():
+        generator.forward(h, c)
+        return float(generator.predicted_loss.mean())
+
+    g_hat = generator.forward(h, c).copy()
+    assert g_hat.shape == (batch, output_dim)
+    assert_gradients_match(mean_predicted_loss, {"h": g_hat}, {"h": h}, f"synthetic-loss generator, hidden {hidden}")
+
+
+# --- the update --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, batchnorm", KINDS)
+def test_update_returns_the_loss_before_the_step(kind, batchnorm):
+    generator = _generator(kind, batchnorm)
+    target = _target(kind)
+    generator.forward(_h(), _condition())
+    expected = 0.5 * np.sum((_prediction(generator) - target) ** 2) / BATCH
+    assert generator.update(target, alpha=0.1) == pytest.approx(expected, rel=1e-15)
+
+
+@pytest.mark.parametrize("kind, batchnorm", KINDS)
+def test_update_with_sgd_steps_against_the_gradient(kind, batchnorm):
+    generator = _generator(kind, batchnorm)
+    before = {name: p.copy() for name, p in generator.parameters.items()}
+    generator.forward(_h(), _condition())
+    generator.update(_target(kind), alpha=0.1)
+    for name, param in generator.parameters.items():
+        np.testing.assert_array_equal(param, before[name] - 0.1 * generator.gradients[name], err_msg=name)
+
+
+def test_linear_weights_grad_and_bias_grad_are_the_gradients_of_the_last_update():
+    generator = _generator("linear")
+    generator.forward(_h(), _condition())
+    generator.update(_target("linear"), alpha=0.1)
+    assert generator.weights_grad is generator.gradients["weights"]
+    assert generator.bias_grad is generator.gradients["bias"]
+
+
+def test_one_step_lowers_the_regression_loss_and_the_blogs_sign_raises_it():
+    rng = np.random.default_rng(0)
+    h, target = rng.standard_normal((8, WIDTH)), rng.standard_normal((8, WIDTH))
+    generator = LinearGenerator(WIDTH, init="blog", seed=3)
+    w0, b0 = generator.weights.copy(), generator.bias.copy()
+
+    def loss(weights, bias):
+        return 0.5 * np.sum((h @ weights + bias - target) ** 2) / len(h)
+
     generator.forward(h)
-    remembered_input = generator.input
-    remembered_prediction = generator.synthetic_gradient.copy()
-    weights_before = generator.weights.copy()
-
-    generator.predict(_h(1))
-
-    assert generator.input is remembered_input
-    np.testing.assert_array_equal(generator.input, h)
-    np.testing.assert_array_equal(generator.synthetic_gradient, remembered_prediction)
-    np.testing.assert_array_equal(generator.weights, weights_before)
+    first = generator.update(target, 0.05)
+    assert first == pytest.approx(loss(w0, b0), rel=1e-12)
+    blog = loss(2 * w0 - generator.weights, 2 * b0 - generator.bias)  # the blog's `+=`: the same step, upwards
+    assert loss(generator.weights, generator.bias) < first < blog
 
 
-def test_predict_equals_forward():
-    generator = LinearGenerator(WIDTH, CONDITION, init="blog", seed=0)
+def _linear_problem(rows, width, seed=0):
+    """h and an exactly linear target of it, ``h @ A + b``."""
+    rng = np.random.default_rng(seed)
+    h = np.tanh(rng.standard_normal((rows, width)) @ rng.standard_normal((width, width)))
+    return h, h @ rng.standard_normal((width, width)) + rng.standard_normal(width)
+
+
+def _tanh_problem(rows, width, seed=0):
+    rng = np.random.default_rng(seed)
+    h = rng.standard_normal((rows, width))
+    return h, np.tanh(h @ rng.standard_normal((width, width)))
+
+
+def _loss_problem(rows, width, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((rows, width)), rng.uniform(0.1, 2.0, (rows, 1))
+
+
+@pytest.mark.parametrize("make, problem, alpha, steps", [
+    (lambda: LinearGenerator(5), lambda: _linear_problem(32, 5), 0.2, 300),
+    (lambda: LinearGenerator(WIDTH, update_rule="adam"), lambda: _linear_problem(8, WIDTH), 0.05, 200),
+    (lambda: MLPGenerator(WIDTH, hidden=HIDDEN, update_rule="adam", seed=0), lambda: _tanh_problem(8, WIDTH),
+     1e-2, 300),
+    (lambda: MLPGenerator(WIDTH, hidden=HIDDEN, batchnorm=False, update_rule="adam", seed=0),
+     lambda: _tanh_problem(8, WIDTH), 1e-2, 300),
+    (lambda: SyntheticLossGenerator(WIDTH, hidden=HIDDEN, update_rule="adam", seed=0),
+     lambda: _loss_problem(8, WIDTH), 1e-2, 300),
+    (lambda: SyntheticLossGenerator(WIDTH, hidden=HIDDEN, batchnorm=False, update_rule="adam", seed=0),
+     lambda: _loss_problem(8, WIDTH), 1e-2, 300),
+], ids=["linear-sgd-linear-target", "linear-adam-linear-target", "mlp-batchnorm-adam", "mlp-plain-adam",
+        "synthetic-loss-batchnorm-adam", "synthetic-loss-plain-adam"])
+def test_repeated_updates_fit_a_fixed_target_a_hundredfold(make, problem, alpha, steps):
+    generator = make()
+    h, target = problem()
+    losses = []
+    for _ in range(steps):
+        generator.forward(h)
+        losses.append(generator.update(target, alpha))
+    generator.forward(h)
+    final = regression_loss(_prediction(generator), target)[0]
+    assert losses[0] / final >= 100, f"the regression loss fell only from {losses[0]:.3g} to {final:.3g}"
+
+
+@pytest.mark.parametrize("kind, batchnorm", KINDS)
+def test_a_second_update_without_a_forward_is_refused_and_changes_nothing(kind, batchnorm):
+    generator = _generator(kind, batchnorm)
+    generator.forward(_h(), _condition())
+    generator.update(_target(kind), 0.1)
+    before = tree_state(generator)
+    with pytest.raises(ValueError, match=r"after update\(\).*call forward\(\w+\) again first"):
+        generator.update(_target(kind), 0.1)
+    assert_same_state(generator, before)
+
+
+@pytest.mark.parametrize("kind, rows, columns, message", [
+    ("linear", BATCH + 1, WIDTH, r"target must have the shape of the last synthetic gradient, \(6, 4\); "
+                                 r"got shape \(7, 4\)"),
+    ("mlp", BATCH + 1, WIDTH, r"target must have the shape of the last synthetic gradient, \(6, 4\); "
+                              r"got shape \(7, 4\)"),
+    ("synthetic-loss", BATCH + 1, 1, r"target must have the shape of the last predicted loss, \(6, 1\); "
+                                     r"got shape \(7, 1\)"),
+    ("synthetic-loss", BATCH, None, r"target must have shape \(batch, 1\).*got shape \(6,\)"),
+], ids=["linear", "mlp", "synthetic-loss-wrong-row-count", "synthetic-loss-one-dimensional"])
+def test_target_of_another_shape_raises_and_changes_nothing(kind, rows, columns, message):
+    generator = _generator(kind)
+    generator.forward(_h(), _condition())
+    before = tree_state(generator)
+    with pytest.raises(ValueError, match=message):
+        generator.update(np.ones((rows,) if columns is None else (rows, columns)), alpha=0.1)
+    assert_same_state(generator, before)
+
+
+# --- predict -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind, batchnorm", KINDS)
+def test_predict_has_no_side_effects(kind, batchnorm):
+    generator = _generator(kind, batchnorm)
+    generator.forward(_h(), _condition())
+    before = tree_state(generator)
+    generator.predict(_h(5, rows=3), _condition(6, rows=3))
+    assert_same_state(generator, before)
+
+
+@pytest.mark.parametrize("kind, batchnorm", KINDS)
+def test_predict_equals_forward(kind, batchnorm):
+    generator = _generator(kind, batchnorm)
     h, c = _h(), _condition()
     np.testing.assert_array_equal(generator.predict(h, c), generator.forward(h, c))
 
 
-# --- gradients and the update ----------------------------------------------------------------
+# --- conditioning ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("condition_dim", [0, CONDITION], ids=["unconditioned", "conditioned"])
-def test_parameter_gradients_match_central_differences(condition_dim):
-    generator = LinearGenerator(WIDTH, condition_dim, init="blog", seed=0)
-    generator.bias[:] = np.random.default_rng(5).standard_normal(WIDTH)
+@pytest.mark.parametrize("kind, batchnorm", KINDS[:3])
+def test_condition_changes_the_prediction(kind, batchnorm):
+    generator = _generator(kind, batchnorm)
     h = _h()
-    c = _condition() if condition_dim else None
-    target = np.random.default_rng(6).standard_normal((BATCH, WIDTH))
-    weights, bias = generator.weights.copy(), generator.bias.copy()
-    joined = h if c is None else np.concatenate([h, c], axis=1)
-
-    def loss():  # L_M at the copies of the pre-update parameters
-        return regression_loss(joined @ weights + bias, target)[0]
-
-    generator.forward(h, c)
-    generator.update(target, alpha=0.1)
-
-    for name, analytic, param in [("weights", generator.weights_grad, weights), ("bias", generator.bias_grad, bias)]:
-        error = relative_error(analytic, numerical_gradient(loss, param))
-        assert error <= 1e-6, f"generator dL_M/d{name}: update (mine) vs central difference: error {error:.2e}"
+    assert np.all(generator.predict(h, _condition(seed=1)) != generator.predict(h, _condition(seed=2)))
 
 
-def test_update_returns_the_loss_before_the_step():
-    generator = LinearGenerator(WIDTH, init="blog", seed=0)
-    h = _h()
-    target = np.ones((BATCH, WIDTH))
-    prediction = generator.forward(h).copy()
-    expected = 0.5 * np.sum((prediction - target) ** 2) / BATCH
-    assert generator.update(target, alpha=0.1) == pytest.approx(expected, rel=1e-15)
-
-
-def test_update_with_sgd_steps_against_the_gradient():
-    generator = LinearGenerator(WIDTH, init="blog", seed=0)
-    weights_before = generator.weights.copy()
-    generator.forward(_h())
-    generator.update(np.ones((BATCH, WIDTH)), alpha=0.1)
-    np.testing.assert_array_equal(generator.weights, weights_before - 0.1 * generator.weights_grad)
-
-
-def test_adam_fits_an_exactly_linear_target_a_hundredfold_in_200_steps():
-    rng = np.random.default_rng(0)
-    h = rng.standard_normal((8, WIDTH))
-    target = h @ rng.standard_normal((WIDTH, WIDTH)) + rng.standard_normal(WIDTH)
-    generator = LinearGenerator(WIDTH, update_rule="adam")
-
-    first_loss = regression_loss(generator.predict(h), target)[0]
-    for _ in range(200):
-        generator.forward(h)
-        generator.update(target, alpha=0.05)
-    final_loss = regression_loss(generator.predict(h), target)[0]
-
-    assert first_loss / final_loss >= 100, f"loss fell only from {first_loss:.3g} to {final_loss:.3g}"
-
-
-def test_update_before_forward_raises():
-    with pytest.raises(ValueError, match=r"call forward\(h\) first"):
-        LinearGenerator(WIDTH).update(np.zeros((BATCH, WIDTH)), alpha=0.1)
-
-
-def test_target_of_another_shape_raises_and_leaves_the_weights_alone():
-    generator = LinearGenerator(WIDTH, init="blog", seed=0)
-    weights_before = generator.weights.copy()
-    generator.forward(_h())
-    with pytest.raises(ValueError, match=r"target must have the shape of the last synthetic gradient, \(5, 4\)"):
-        generator.update(np.zeros((BATCH + 1, WIDTH)), alpha=0.1)
-    np.testing.assert_array_equal(generator.weights, weights_before)
-
-
-def test_bad_alpha_raises_and_leaves_the_weights_alone():
-    generator = LinearGenerator(WIDTH, init="blog", seed=0)
-    weights_before = generator.weights.copy()
-    generator.forward(_h())
-    with pytest.raises(ValueError, match=r"alpha \(a learning rate\) must be a finite number > 0, e.g. 0.01; got 0.0"):
-        generator.update(np.zeros((BATCH, WIDTH)), alpha=0.0)
-    np.testing.assert_array_equal(generator.weights, weights_before)
-
-
-# --- conditioning ----------------------------------------------------------------------------
-
-
-def test_condition_changes_the_prediction():
-    generator = LinearGenerator(WIDTH, CONDITION, init="blog", seed=0)
-    h = _h()
-    first = generator.predict(h, _condition(seed=1))
-    second = generator.predict(h, _condition(seed=2))
-    assert np.all(first != second)
-
-
-def test_condition_enters_through_its_own_rows_of_the_weights():
-    generator = LinearGenerator(WIDTH, CONDITION, init="blog", seed=0)
+def test_condition_enters_through_its_own_rows_of_the_linear_weights():
+    generator = _generator("linear")
     h, c = _h(), _condition()
     expected = h @ generator.weights[:WIDTH] + c @ generator.weights[WIDTH:] + generator.bias
     np.testing.assert_allclose(generator.predict(h, c), expected, rtol=1e-14, atol=1e-15)
 
 
-@pytest.mark.parametrize("condition_dim, condition, message", [
-    (CONDITION, None, r"is conditioned \(condition_dim=3\): pass condition=c of shape \(batch, 3\)"),
-    (0, _condition(), r"is unconditioned \(condition_dim=0\) but a condition was given"),
-    (CONDITION, _condition(width=2), r"condition must have shape \(batch, 3\).*got shape \(5, 2\)"),
-    (CONDITION, _condition(rows=3), "the input has 5 rows, the condition has 3"),
-], ids=["missing", "unexpected", "wrong_width", "wrong_row_count"])
-def test_bad_condition_raises(condition_dim, condition, message):
-    generator = LinearGenerator(WIDTH, condition_dim, init="blog", seed=0)
+@pytest.mark.parametrize("condition, message", [
+    (_condition(width=2), r"condition must have shape \(batch, 3\).*got shape \(6, 2\)"),
+    (_condition(rows=3), "the input has 6 rows, the condition has 3"),
+], ids=["wrong_width", "wrong_row_count"])
+def test_bad_condition_raises_before_anything_is_remembered(condition, message):
+    generator = _generator("linear")
     with pytest.raises(ValueError, match=message):
         generator.forward(_h(), condition)
     assert generator.input is None and generator.synthetic_gradient is None
@@ -179,15 +369,49 @@ def test_seed_and_rng_together_raise():
         LinearGenerator(WIDTH, seed=0, rng=np.random.default_rng(0))
 
 
-@pytest.mark.parametrize("make", [lambda: LinearGenerator(WIDTH, init="blog", seed=0),
-                                  lambda: MLPGenerator(WIDTH, hidden=(4,), seed=0)], ids=["linear", "mlp"])
-def test_a_second_update_without_a_forward_is_refused(make):
-    generator = make()
-    h = _h(0)
-    generator.forward(h)
-    generator.update(np.ones_like(h), 0.1)
-    weights = {name: p.copy() for name, p in generator.parameters.items()}
-    with pytest.raises(ValueError, match=r"update\(\) after update\(\).*call forward\(h\) again first"):
-        generator.update(np.ones_like(h), 0.1)
-    for name, p in generator.parameters.items():
-        np.testing.assert_array_equal(p, weights[name])
+# --- the synthetic-loss generator's predicted loss ---------------------------------------------
+
+
+@BATCHNORM
+def test_predicted_loss_is_softplus_of_the_net_with_one_column(batchnorm):
+    generator = _generator("synthetic-loss", batchnorm)
+    h, c = _h(), _condition()
+    generator.forward(h, c)
+    z = generator.net.predict(_joined(h, c))
+    assert generator.predicted_loss.shape == (BATCH, 1)
+    np.testing.assert_allclose(generator.predicted_loss, np.log1p(np.exp(z)), rtol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("sign", [-1.0, 1.0], ids=["very_negative", "very_positive"])
+def test_predicted_loss_is_finite_and_non_negative_for_extreme_outputs(dtype, sign):
+    """ℓ̂ = softplus(z) must not overflow when the net's output z is ±1e4: it is z, or 0."""
+    generator = _generator("synthetic-loss", dtype=dtype)
+    generator.net.modules[-1].bias[:] = sign * LIMIT
+    h, c = _h().astype(dtype), _condition().astype(dtype)
+    synthetic_gradient = generator.forward(h, c)
+    predicted_loss = generator.predicted_loss
+    assert_dtype(dtype, predicted_loss=predicted_loss, synthetic_gradient=synthetic_gradient)
+    assert np.isfinite(predicted_loss).all() and np.isfinite(synthetic_gradient).all()
+    assert np.all(predicted_loss >= 0)
+    np.testing.assert_allclose(predicted_loss, np.maximum(generator.net.predict(_joined(h, c)), 0), rtol=1e-6)
+
+
+# --- dtype ---------------------------------------------------------------------------------------
+
+
+@given(dtype=dtypes, kind=generator_kinds, batch=training_batches, output_dim=widths, condition_dim=condition_dims,
+       hidden=hidden_widths, batchnorm=booleans, rule=update_rules, seed=seeds)
+def test_keeps_its_dtype_through_an_update(dtype, kind, batch, output_dim, condition_dim, hidden, batchnorm, rule,
+                                          seed):
+    rng = np.random.default_rng(seed)
+    generator = make_generator(kind, output_dim, condition_dim, hidden, batchnorm, rng, dtype, rule)
+    randomize(generator.parameters, rng)
+    h = normal(rng, batch, output_dim, dtype=dtype)
+    c = normal(rng, batch, condition_dim, dtype=dtype) if condition_dim else None
+    arrays = {"synthetic_gradient": generator.forward(h, c), "prediction": generator.predict(h, c)}
+    if kind == "synthetic-loss":
+        arrays["predicted_loss"] = generator.predicted_loss
+    generator.update(normal(rng, batch, 1 if kind == "synthetic-loss" else output_dim, dtype=dtype), 0.1)
+    assert_dtype(dtype, **arrays, **{f"gradient of {k}": g for k, g in generator.gradients.items()})
+    assert_tree_dtype(dtype, generator, f"{kind} generator")

@@ -1,4 +1,8 @@
-"""Update rules: each step against its formula, convergence, the factory, and state kept by the owner."""
+"""Update rules: each step against its formula, convergence, the factory, and state kept by the owner.
+
+Bad arguments shared by the whole public API (unknown rule names, beta1 of one, eps of zero...) are specified
+in test_bad_input.py.
+"""
 
 import numpy as np
 import pytest
@@ -81,7 +85,7 @@ def test_get_update_rule_of_none_is_sgd():
     assert type(get_update_rule(None)) is SGD
 
 
-@pytest.mark.parametrize("bad", ["rmsprop", "SGD", Adam, 0.1])
+@pytest.mark.parametrize("bad", ["SGD", Adam])
 def test_get_update_rule_rejects_anything_else(bad):
     with pytest.raises(ValueError, match="unknown update rule .*; pass one of 'sgd', 'momentum', 'adam'"):
         get_update_rule(bad)
@@ -91,14 +95,12 @@ def test_get_update_rule_rejects_anything_else(bad):
     (lambda: Momentum(momentum=1.0), ValueError, r"momentum must be a finite number in \[0, 1\), e.g. 0.9; got 1.0"),
     (lambda: Momentum(momentum=-0.1), ValueError, r"momentum must be a finite number in \[0, 1\), e.g. 0.9; got -0.1"),
     (lambda: Momentum(momentum="0.9"), TypeError, r"momentum must be a number in \[0, 1\), e.g. 0.9; got '0.9' \(str\)"),
-    (lambda: Adam(beta1=1.0), ValueError, r"beta1 must be a finite number in \[0, 1\), e.g. 0.9; got 1.0"),
     (lambda: Adam(beta2=1.5), ValueError, r"beta2 must be a finite number in \[0, 1\), e.g. 0.999; got 1.5"),
-    (lambda: Adam(eps=0.0), ValueError, r"eps must be a finite number > 0, e.g. 1e-8; got 0.0"),
     (lambda: Adam(eps=float("nan")), ValueError, r"eps must be a finite number > 0, e.g. 1e-8; got nan"),
     (lambda: Adam(eps=float("inf")), ValueError, r"eps must be a finite number > 0, e.g. 1e-8; got inf"),
     (lambda: Adam(eps="1"), TypeError, r"eps must be a number > 0, e.g. 1e-8; got '1' \(str\)"),
-], ids=["momentum_one", "momentum_negative", "momentum_string", "beta1_one", "beta2_above_one",
-        "eps_zero", "eps_nan", "eps_inf", "eps_string"])
+], ids=["momentum_one", "momentum_negative", "momentum_string", "beta2_above_one", "eps_nan", "eps_inf",
+        "eps_string"])
 def test_bad_hyperparameters_raise(make, error, message):
     with pytest.raises(error, match=message):
         make()

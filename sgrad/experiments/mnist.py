@@ -1,4 +1,4 @@
-"""The paper's MNIST experiments: fully connected nets, every hidden block decoupled, and a depth sweep.
+"""``sgrad paper``: the paper's MNIST experiments, fully connected nets with every hidden block decoupled.
 
 A network of ``depth`` layers is ``depth - 1`` hidden blocks Linear→BatchNorm→ReLU
 of width ``hidden``, then a linear top layer whose logits feed a softmax
@@ -18,25 +18,25 @@ finished cell in its output folder so that an interrupted grid resumes.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
 import pathlib
-import tempfile
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from . import _validation
-from .blocks import dense_block
-from .checkpoint import fingerprint, resume_run, save_run
-from .dni import DNIBlock
-from .generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
-from .layers import Layer
-from .losses import softmax_cross_entropy
-from .training import DTYPES, TrainingDiverged, backprop_step, dni_step
+from ..blocks import dense_block
+from ..checkpoint import fingerprint
+from ..dni import DNIBlock
+from ..generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
+from ..layers import Layer
+from ..losses import softmax_cross_entropy
+from ..validation import check_bool, check_choice, check_integer, check_widths
+from .loop import (DECOUPLED, atomic_write_text, check_methods, check_settings, checkpoint_path, run_and_report,
+                   take_step, train_loop)
 
 PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss")
 GENERATORS = ("linear", "mlp")
@@ -53,7 +53,8 @@ class PaperConfig:
     generator : 'mlp' (hidden layers ``generator_hidden``, batch-normalised if
         ``generator_batchnorm``) or 'linear'.  Output layers start at zero.
     iterations, batch_size : the budget: steps of ``batch_size`` examples.
-    alpha, generator_alpha : Adam learning rates of the blocks and of the generators
+    update_rule : 'sgd', 'momentum' or 'adam', for blocks and generators alike.
+    alpha, generator_alpha : learning rates of the blocks and of the generators
         (``generator_alpha=None``: alpha).
     eval_every : test accuracy is measured every this many iterations, and at the end.
     dtype : 'float32' or 'float64'.
@@ -76,20 +77,16 @@ class PaperConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _validation.check_positive_int(self.depth, "depth", minimum=2)
-        _validation.check_positive_int(self.hidden, "hidden")
-        _validation.check_positive_int(self.iterations, "iterations")
-        _validation.check_positive_int(self.batch_size, "batch_size")
-        _validation.check_positive_int(self.eval_every, "eval_every")
-        _validation.check_positive_int(self.seed, "seed", minimum=0)
-        _validation.check_learning_rate(self.alpha, "alpha")
-        if self.generator_alpha is not None:
-            _validation.check_learning_rate(self.generator_alpha, "generator_alpha")
-        if self.generator not in GENERATORS:
-            raise ValueError(f"unknown generator {self.generator!r}; choose one of {', '.join(GENERATORS)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be 'float32' or 'float64'; got {self.dtype!r}")
-        object.__setattr__(self, "generator_hidden", tuple(int(w) for w in self.generator_hidden))
+        check_settings(self, {
+            "depth": check_integer(self.depth, "depth", minimum=2),
+            "hidden": check_integer(self.hidden, "hidden"),
+            "batchnorm": check_bool(self.batchnorm, "batchnorm"),
+            "generator": check_choice(self.generator, "generator", GENERATORS),
+            "generator_hidden": check_widths(self.generator_hidden, "generator_hidden"),
+            "generator_batchnorm": check_bool(self.generator_batchnorm, "generator_batchnorm"),
+            "iterations": check_integer(self.iterations, "iterations"),
+            "eval_every": check_integer(self.eval_every, "eval_every"),
+        })
 
 
 def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]:
@@ -97,15 +94,15 @@ def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]
 
     The blocks' initial weights depend only on the seed and the widths, never on the method.
     """
-    _check_method(method)
+    check_choice(method, "method", PAPER_METHODS)
     dtype = np.dtype(config.dtype)
     block_seeds, generator_seeds = (seq.spawn(config.depth) for seq in np.random.SeedSequence(config.seed).spawn(2))
     widths = (input_dim,) + (config.hidden,) * (config.depth - 1)
     layers: list[Any] = []
     for k, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
         block: Any = dense_block(fan_in, fan_out, "relu", batchnorm=config.batchnorm, update_rule=config.update_rule,
-                            seed=block_seeds[k], dtype=dtype)
-        if method in ("dni", "cdni", "synthetic-loss"):
+                                 seed=block_seeds[k], dtype=dtype)
+        if method in DECOUPLED:
             generator = _generator(method, fan_out, config, np.random.default_rng(generator_seeds[k]), dtype)
             block = DNIBlock(block, generator, config.alpha, generator_alpha=config.generator_alpha)
         layers.append(block)
@@ -140,24 +137,13 @@ def summed_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.n
     return softmax_cross_entropy(logits, y, reduction="sum")
 
 
-def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[float, list[float]]:
-    """One step of the synthetic-loss variant; returns ``(loss, generator_losses)``."""
-    h = x
-    for layer in layers[:-1]:
-        _, h = layer.forward_and_synthetic_update(h)
-    top = layers[-1]
-    per_example, g = softmax_cross_entropy(top.forward(h), y, reduction="none")
-    top.backward(g / len(x))
-    top.update(alpha)
-    # Block k's generator regresses onto block k+1's predicted loss; the last onto the real loss.
-    targets = [layer.generator.predicted_loss for layer in layers[1:-1]] + [per_example[:, None]]
-    generator_losses = [layer.update_synthetic_weights(t) for layer, t in zip(layers[:-1], targets)]
-    return float(per_example.mean()), generator_losses
-
-
 def accuracy(layers: Sequence[Any], x: np.ndarray, labels: np.ndarray, batch: int = 2000) -> float:
-    """Fraction of rows whose largest logit is the label, in evaluation mode (running batch-norm statistics)."""
-    _set_mode(layers, training=False)
+    """Fraction of rows whose largest logit is the label, in evaluation mode (running batch-norm statistics).
+
+    x: (n, features); labels: integer classes (n,).  The layers are back in training mode afterwards.
+    """
+    for layer in layers:
+        layer.eval()
     try:
         correct = 0
         for i in range(0, len(x), batch):
@@ -166,7 +152,8 @@ def accuracy(layers: Sequence[Any], x: np.ndarray, labels: np.ndarray, batch: in
                 h = layer.predict(h)
             correct += int(np.sum(h.argmax(axis=1) == labels[i:i + batch]))
     finally:
-        _set_mode(layers, training=True)
+        for layer in layers:
+            layer.train()
     return correct / len(x)
 
 
@@ -184,85 +171,44 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
     :func:`sgrad.train`: the state is saved every ``checkpoint_every``
     iterations and at the end, and a checkpoint of this run (same method, data
     and settings, ``iterations`` aside) is carried on from, bit for bit.
+
+    Raises :class:`~sgrad.TrainingDiverged` if a number turns non-finite; its
+    history then holds ``diverged_at_iteration``.
     """
     config = PaperConfig() if config is None else config
-    _check_method(method)
-    if checkpoint_every is not None:
-        _validation.check_positive_int(checkpoint_every, "checkpoint_every")
+    check_choice(method, "method", PAPER_METHODS)
     x_train, y_train, x_test, y_test = data
-    dtype = np.dtype(config.dtype)
-    onehot = np.eye(NUM_CLASSES, dtype=dtype)
+    onehot = np.eye(NUM_CLASSES, dtype=config.dtype)
     layers = build_network(method, x_train.shape[1], config)
-    batch_rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
-    name = f"[{method}, depth {config.depth}]"
-    run = {"trainer": "sgrad.paper.train_paper", "method": method, "data": fingerprint(*data),
-           "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "iterations"}}
-    saved = resume_run(checkpoint, layers, run, budget=config.iterations, rng=batch_rng,
-                       progress=None if progress is None else lambda line: progress(f"{name} {line}"))
-    if saved is None:
-        history: dict[str, Any] = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [],
-                                   "train_loss": [], "wall_time": 0.0}
-        iteration, order, position, losses = 0, batch_rng.permutation(len(x_train)), 0, []
-    else:
-        history, iteration, order = saved.metadata["history"], saved.metadata["step"], saved.extra["order"]
-        position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
-        if progress is not None:
-            progress(f"{name} resumed from {checkpoint} at iteration {iteration}")
-    start = time.perf_counter() - history["wall_time"]
 
-    def evaluate(iteration):
+    def train_step(indices, history):
+        x, y = x_train[indices], onehot[y_train[indices]]
+        loss, _ = take_step(method, layers, x, y, summed_cross_entropy, config.alpha)
+        return loss if method == "synthetic-loss" else loss / len(x)  # the synthetic-loss step gives the mean
+
+    def evaluate(iteration, losses, history):
         history["iteration"].append(iteration)
         history["test_accuracy"].append(accuracy(layers, x_test, y_test))
         history["train_loss"].append(float(np.mean(losses)))
-        losses.clear()
-        if progress is not None:
-            progress(f"{name} iteration {iteration}/{config.iterations}  loss {history['train_loss'][-1]:.4f}  "
-                     f"test accuracy {100 * history['test_accuracy'][-1]:.2f}%  ({time.perf_counter() - start:.0f} s)")
+        return (f"iteration {iteration}/{config.iterations}  loss {history['train_loss'][-1]:.4f}  "
+                f"test accuracy {100 * history['test_accuracy'][-1]:.2f}%  ({history['wall_time']:.0f} s)")
 
-    try:
-        with np.errstate(over="raise", invalid="raise", divide="raise"):
-            while iteration < config.iterations:
-                iteration += 1
-                if position + config.batch_size > len(order):
-                    order, position = batch_rng.permutation(len(x_train)), 0
-                idx = order[position:position + config.batch_size]
-                position += config.batch_size
-                x, y = x_train[idx], onehot[y_train[idx]]
-                if method in ("backprop", "no-bprop"):
-                    trainable = len(layers) - 1 if method == "no-bprop" else 0
-                    loss = backprop_step(layers, x, y, summed_cross_entropy, config.alpha,
-                                         trainable=trainable) / len(x)
-                elif method == "synthetic-loss":
-                    loss, _ = synthetic_loss_step(layers, x, y, config.alpha)
-                else:
-                    loss, _ = dni_step(layers, x, y, summed_cross_entropy, config.alpha,
-                                       condition=y if method == "cdni" else None)
-                    loss /= len(x)
-                if not np.isfinite(loss):
-                    raise FloatingPointError(f"the loss became {loss}")
-                losses.append(loss)
-                if iteration % config.eval_every == 0:
-                    evaluate(iteration)
-                if checkpoint is not None and (iteration == config.iterations
-                                               or (checkpoint_every and iteration % checkpoint_every == 0)):
-                    history["wall_time"] = time.perf_counter() - start
-                    save_run(checkpoint, layers, run, step=iteration, rng=batch_rng, history=history,
-                             loop={"position": position, "losses": losses}, extra={"order": order})
-            if losses:  # the budget ended between two scheduled evaluations: one more, at the end
-                evaluate(iteration)
-    except FloatingPointError as error:
-        history["wall_time"] = time.perf_counter() - start
-        history["diverged_at_iteration"] = iteration
-        rates = f"alpha={config.alpha}" + (f", generator_alpha={config.generator_alpha}"
-                                           if config.generator_alpha and method not in ("backprop", "no-bprop") else "")
-        raise TrainingDiverged(
-            f"{method} (depth {config.depth}) diverged at iteration {iteration}: {error}. The learning rate "
-            f"({rates}) is the likely cause; try a smaller one.", history) from error
-    history["wall_time"] = time.perf_counter() - start
-    return history
+    run = {"trainer": "sgrad.experiments.mnist.train_paper", "method": method, "data": fingerprint(*data),
+           "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "iterations"}}
+    rates = {"alpha": config.alpha}
+    if method in DECOUPLED and config.generator_alpha is not None:
+        rates["generator_alpha"] = config.generator_alpha
+    history = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
+               "wall_time": 0.0}
+    return train_loop(
+        layers, train_step, evaluate, run=run, steps=config.iterations, eval_every=config.eval_every,
+        num_examples=len(x_train), batch_size=config.batch_size,
+        rng=np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2]), history=history,
+        name=f"{method} (depth {config.depth})", label=f"[{method}, depth {config.depth}]", unit="iteration",
+        learning_rates=rates, checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
 
 
-def run_grid(data: Sequence[np.ndarray], *, methods: Sequence[str] = PAPER_METHODS, depths: Sequence[int] = (3,),
+def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER_METHODS, depths: Sequence[int] = (3,),
              config: PaperConfig | None = None, out_dir: str | os.PathLike[str] | None = None,
              progress: Callable[[str], None] | None = None,
              checkpoint_every: int | None = None) -> dict[tuple[str, int], dict[str, Any]]:
@@ -273,12 +219,13 @@ def run_grid(data: Sequence[np.ndarray], *, methods: Sequence[str] = PAPER_METHO
     training again, so an interrupted grid resumes.  With ``checkpoint_every``
     too, the cell in training is checkpointed every that many iterations
     (``checkpoints/<method>-depth<d>.npz``), so an interrupted cell carries on
-    mid-way, bit for bit (see :func:`train_paper`).  At the end the folder also
-    gets ``results.md`` (final test accuracy), ``paper.png`` and ``histories.json``.
+    mid-way, bit for bit (see :func:`train_paper`).  A cell that diverges
+    keeps what it recorded, with ``'diverged'`` (the reason), and the grid
+    carries on.  At the end the folder also gets ``results.md`` (final test
+    accuracy), ``paper.png`` and ``histories.json``.
     """
     config = PaperConfig() if config is None else config
-    for method in methods:
-        _check_method(method)
+    methods = check_methods(methods, PAPER_METHODS)
     # A cached cell is reused only for the same settings and the same data.
     data_tag = {"train_examples": len(data[0]), "test_examples": len(data[2]),
                 "labels_sha256": hashlib.sha256(np.ascontiguousarray(data[1]).tobytes()).hexdigest()}
@@ -286,23 +233,18 @@ def run_grid(data: Sequence[np.ndarray], *, methods: Sequence[str] = PAPER_METHO
     for depth in depths:
         cell_config = dataclasses.replace(config, depth=depth)
         for method in methods:
+            label = f"[{method}, depth {depth}]"
             cached = _load_cell(out_dir, method, cell_config, data_tag)
             if cached is not None:
                 if progress is not None:
-                    progress(f"[{method}, depth {depth}] loaded from {out_dir}")
+                    progress(f"{label} loaded from {out_dir}")
                 results[(method, depth)] = cached
                 continue
-            checkpoint = (None if out_dir is None or checkpoint_every is None
-                          else pathlib.Path(out_dir) / "checkpoints" / f"{method}-depth{depth}.npz")
-            try:
-                history = train_paper(method, data, cell_config, progress=progress, checkpoint=checkpoint,
-                                      checkpoint_every=checkpoint_every)
-            except TrainingDiverged as error:
-                history = dict(error.history, diverged=str(error))
-            if progress is not None:
-                progress(f"[{method}, depth {depth}] done in {history['wall_time']:.1f} s")
-            results[(method, depth)] = history
-            _save_cell(out_dir, method, cell_config, data_tag, history)
+            run = functools.partial(train_paper, method, data, cell_config, progress=progress,
+                                    checkpoint=checkpoint_path(out_dir, f"{method}-depth{depth}", checkpoint_every),
+                                    checkpoint_every=checkpoint_every)
+            results[(method, depth)] = run_and_report(run, label, progress)
+            _save_cell(out_dir, method, cell_config, data_tag, results[(method, depth)])
     if out_dir is not None:
         write_grid(results, out_dir, config)
     return results
@@ -331,12 +273,11 @@ def results_table(results: Mapping[tuple[str, int], Mapping[str, Any]]) -> str:
 def write_grid(results: Mapping[tuple[str, int], Mapping[str, Any]], out_dir: str | os.PathLike[str],
                config: PaperConfig) -> None:
     """Write ``results.md``, ``paper.png`` and ``histories.json`` for a finished grid."""
-    from .plotting import plot_paper
+    from ..plotting import plot_paper
 
     out = pathlib.Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out / "results.md", results_table(results) + "\n")
-    _atomic_write(out / "histories.json", json.dumps(
+    atomic_write_text(out / "results.md", results_table(results) + "\n")
+    atomic_write_text(out / "histories.json", json.dumps(
         {"config": dataclasses.asdict(config), "cells": [dict(h, method=m, depth=d) for (m, d), h in results.items()]}))
     plot_paper(results, out / "paper.png")
 
@@ -360,7 +301,7 @@ def _load_cell(out_dir, method, config, data_tag):
 
 def _relevant(method, settings):
     """The settings a cell depends on: backprop and no-bprop have no generators, so theirs don't count."""
-    if method in ("backprop", "no-bprop"):
+    if method not in DECOUPLED:
         return {k: v for k, v in settings.items() if not k.startswith("generator")}
     return settings
 
@@ -368,30 +309,5 @@ def _relevant(method, settings):
 def _save_cell(out_dir, method, config, data_tag, history):
     if out_dir is None:
         return
-    path = _cell_path(out_dir, method, config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(path, json.dumps({"method": method, "config": dataclasses.asdict(config), "data": data_tag,
-                                    "history": history}))
-
-
-def _atomic_write(path, text):
-    """Write to a temporary file beside ``path``, then rename: an interrupted write leaves the old file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _set_mode(layers, training):
-    for layer in layers:
-        if hasattr(layer, "train"):
-            layer.train(training)
-
-
-def _check_method(method):
-    if method not in PAPER_METHODS:
-        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(PAPER_METHODS)}")
+    atomic_write_text(_cell_path(out_dir, method, config), json.dumps(
+        {"method": method, "config": dataclasses.asdict(config), "data": data_tag, "history": history}))

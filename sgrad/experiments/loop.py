@@ -1,0 +1,234 @@
+"""The experiment loop: one resumable training run, and what every experiment shares.
+
+An experiment (:mod:`.binary_addition`, :mod:`.mnist`) builds a network and
+two functions of its own, then hands them to :func:`train_loop`:
+
+- ``train_step(indices, history) -> loss``: one step of its method on the
+  training examples ``indices`` (:func:`take_step` knows every method's step);
+- ``evaluate(step, losses, history) -> line``: measure the network, record the
+  figures in ``history`` and return a one-line status (None: say nothing).
+  ``losses`` are the training losses of the steps since the last evaluation.
+
+The loop does the rest, the same way for every experiment:
+
+- batches: each pass over the training set in a new random order drawn from
+  ``rng``; a pass takes ``num_examples // batch_size`` full batches, so every
+  step's gradients have the same scale (the few examples left over are seen
+  in other passes);
+- divergence: every step runs with NumPy's overflow, invalid and
+  divide-by-zero raising, and a non-finite loss or number stops the run at
+  once with :class:`TrainingDiverged`, which names the method, the step and the
+  learning rates;
+- checkpoints: every ``checkpoint_every`` steps and at the end, the network,
+  the batch order and the history are saved (:func:`sgrad.checkpoint.save_run`);
+  a later run with the same settings carries on from there, bit for bit;
+- wall time: ``history['wall_time']``, seconds summed over resumed sessions.
+
+Below the loop, what experiments share besides: :func:`take_step` (which
+step each method takes), :func:`check_settings` (the settings every config
+has), :func:`check_methods`, :func:`run_and_report` (a comparison carries on
+past a diverged run), :func:`checkpoint_path` and :func:`atomic_write_text`
+(every results file is written whole or not at all).
+"""
+
+import os
+import pathlib
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..checkpoint import resume_run, save_run
+from ..optimizers import UPDATE_RULES
+from ..steps import Loss, backprop_step, dni_step, synthetic_loss_step
+from ..validation import check_choice, check_integer, check_learning_rate
+
+DTYPES = ("float32", "float64")
+# The methods whose hidden layers learn from generators rather than from the true gradient.
+DECOUPLED = ("dni", "cdni", "synthetic-loss")
+CHECKPOINT_FOLDER = "checkpoints"
+
+Progress = Callable[[str], None] | None
+
+
+class TrainingDiverged(FloatingPointError):
+    """Training produced a non-finite number; the message names the method, the step and the likely cause.
+
+    ``history`` holds what was recorded up to the step that diverged.
+    """
+
+    def __init__(self, message: str, history: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.history = history
+
+
+def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], float],
+               evaluate: Callable[[int, list[float], dict], str | None], *, run: dict[str, Any], steps: int,
+               eval_every: int, num_examples: int, batch_size: int, rng: np.random.Generator,
+               history: dict[str, Any], name: str, label: str, learning_rates: dict[str, float], unit: str = "step",
+               keep_step_losses: bool = False, checkpoint: str | os.PathLike[str] | None = None,
+               checkpoint_every: int | None = None, progress: Progress = None) -> dict[str, Any]:
+    """Train ``network`` for ``steps`` steps of ``batch_size`` examples; returns the history.
+
+    run : what identifies the run in a checkpoint (method, settings without the
+        budget, data fingerprint); JSON-ready.
+    eval_every : ``evaluate`` runs every this many steps, and once more at the
+        end if steps were taken since the last evaluation.
+    rng : draws the batch order (and nothing else).
+    history : a fresh history (with ``'wall_time': 0.0``), for a run that does not resume.
+    name, label, unit : how messages call the run and its steps: ``'dni (depth 3)'``,
+        ``'[dni, depth 3]'`` (before every progress line), ``'iteration'``.
+    learning_rates : named in the message of a divergence, e.g. ``{'alpha': 0.01}``.
+    keep_step_losses : also keep every step's loss in ``history['step_loss']``.
+    checkpoint, checkpoint_every : an .npz path saved every ``checkpoint_every``
+        steps (None: only at the end); a checkpoint there of this ``run``, within
+        ``steps``, is carried on from.
+    progress : called with one line of status at evaluations and on resuming.
+
+    Raises :class:`TrainingDiverged` if a number turns non-finite; its history
+    then holds ``diverged_at_<unit>``.
+    """
+    if checkpoint_every is not None:
+        check_integer(checkpoint_every, "checkpoint_every")
+
+    def say(line):
+        if progress is not None:
+            progress(f"{label} {line}")
+
+    saved = resume_run(checkpoint, network, run, budget=steps, rng=rng, progress=say)
+    if saved is None:
+        step, order, position, losses = 0, np.arange(0), 0, []
+    else:
+        history, step, order = saved.metadata["history"], saved.metadata["step"], saved.extra["order"]
+        position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
+        say(f"resumed from {checkpoint} at {unit} {step} of {steps}")
+    start = time.perf_counter() - history["wall_time"]
+
+    def record_evaluation():
+        history["wall_time"] = time.perf_counter() - start  # current, for the status line
+        line = evaluate(step, losses, history)
+        losses.clear()
+        if line is not None:
+            say(line)
+
+    try:
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            while step < steps:
+                step += 1
+                if position + batch_size > len(order):  # a new pass over the training set, in a new order
+                    order, position = rng.permutation(num_examples), 0
+                loss = train_step(order[position:position + batch_size], history)
+                position += batch_size
+                if not np.isfinite(loss):
+                    raise FloatingPointError(f"the loss became {loss}")
+                losses.append(loss)
+                if keep_step_losses:
+                    history["step_loss"].append(loss)
+                if step % eval_every == 0:
+                    record_evaluation()
+                if checkpoint is not None and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
+                    history["wall_time"] = time.perf_counter() - start
+                    save_run(checkpoint, network, run, step=step, rng=rng, history=history,
+                             loop={"position": position, "losses": losses}, extra={"order": order})
+            if losses:  # the budget ended between two evaluations: one more, at the end
+                record_evaluation()
+    except FloatingPointError as error:
+        history["wall_time"] = time.perf_counter() - start
+        history[f"diverged_at_{unit}"] = step
+        rates = ", ".join(f"{rate}={value}" for rate, value in learning_rates.items())
+        raise TrainingDiverged(f"{name} diverged at {unit} {step}: {error}. The learning rate ({rates}) "
+                               "is the likely cause; try a smaller one.", history) from error
+    history["wall_time"] = time.perf_counter() - start
+    return history
+
+
+def take_step(method: str, layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Loss, alpha: float, *,
+              targets: Sequence[np.ndarray] | None = None) -> tuple[float, list[float]]:
+    """One step of ``method`` on the batch ``(x, y)``; returns ``(loss, generator_losses)``.
+
+    - backprop: every layer learns from the true gradient;
+    - no-bprop: only the top layer learns;
+    - dni, cdni: each hidden layer learns from its generator's ĝ_k at once (cdni's
+      generators also see c = y); ``targets`` replaces the bootstrapped ones;
+    - synthetic-loss: each hidden block descends its predicted loss; the loss
+      reported is the batch mean of the softmax cross-entropy, whatever ``loss_fn``.
+    """
+    if method == "backprop":
+        return backprop_step(layers, x, y, loss_fn, alpha), []
+    if method == "no-bprop":
+        return backprop_step(layers, x, y, loss_fn, alpha, trainable=len(layers) - 1), []
+    if method == "synthetic-loss":
+        return synthetic_loss_step(layers, x, y, alpha)
+    return dni_step(layers, x, y, loss_fn, alpha, condition=y if method == "cdni" else None, targets=targets)
+
+
+def run_and_report(train: Callable[[], dict[str, Any]], label: str, progress: Progress) -> dict[str, Any]:
+    """``train()``'s history; a run that diverges gives what it recorded, with ``'diverged'`` (the reason).
+
+    So a comparison carries on with its other runs.  ``progress`` hears of a
+    divergence and of the run's wall time, after ``label``.
+    """
+    try:
+        history = train()
+    except TrainingDiverged as error:
+        history = dict(error.history, diverged=str(error))
+        if progress is not None:
+            progress(f"{label} {error}")
+    if progress is not None:
+        progress(f"{label} done in {history['wall_time']:.1f} s")
+    return history
+
+
+def check_settings(config: Any, own: dict[str, Any]) -> None:
+    """Check the settings every experiment's config has, and store them with its ``own`` checked ones on ``config``.
+
+    Every experiment has batch_size, update_rule, alpha, generator_alpha, dtype
+    and seed.  ``config`` is a frozen dataclass; it gets plain Python ints,
+    floats and tuples, because it goes into JSON (checkpoints, results).
+    """
+    shared = {
+        "batch_size": check_integer(config.batch_size, "batch_size"),
+        "update_rule": check_choice(config.update_rule, "update rule", UPDATE_RULES),
+        "alpha": check_learning_rate(config.alpha, "alpha"),
+        "generator_alpha": (None if config.generator_alpha is None
+                            else check_learning_rate(config.generator_alpha, "generator_alpha")),
+        "dtype": check_choice(config.dtype, "dtype", DTYPES),
+        "seed": check_integer(config.seed, "seed", minimum=0),
+    }
+    for field, value in {**own, **shared}.items():
+        object.__setattr__(config, field, value)
+
+
+def check_methods(methods: str | Sequence[str], known: Sequence[str]) -> list[str]:
+    """``methods`` as a list: one name, or a non-empty sequence of names, each one of ``known``."""
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    if not methods or any(method not in known for method in methods):
+        raise ValueError(f"methods must be a non-empty list drawn from {', '.join(known)}; got {methods!r}")
+    return methods
+
+
+def checkpoint_path(out_dir: str | os.PathLike[str] | None, run_name: str,
+                    checkpoint_every: int | None) -> pathlib.Path | None:
+    """Where a run of an experiment writing to ``out_dir`` keeps its checkpoint (None: it keeps none)."""
+    if out_dir is None or checkpoint_every is None:
+        return None
+    return pathlib.Path(out_dir) / CHECKPOINT_FOLDER / f"{run_name}.npz"
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` (creating its folder): an interrupted write leaves the old file whole.
+
+    The text goes to a temporary file beside ``path``, which is then renamed over it.
+    """
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

@@ -1,0 +1,249 @@
+"""The experiment loop (sgrad.experiments.loop): batches, evaluations, divergence, resuming, and what experiments share.
+
+The loop is driven here by a tiny regression (two sgrad Layers, backprop) so that every behaviour is
+seen on its own; the experiments' own tests check them on binary addition and MNIST.
+"""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import sgrad
+from sgrad.checkpoint import load_checkpoint
+from sgrad.experiments import loop, mnist
+from sgrad.losses import mse, softmax_cross_entropy
+from sgrad.steps import backprop_step
+
+EXAMPLES, BATCH = 10, 3  # three batches a pass; one example left over each pass
+
+
+def regression():
+    rng = np.random.default_rng(0)
+    return rng.random((EXAMPLES, 4)), rng.random((EXAMPLES, 2))
+
+
+def network():
+    return [sgrad.Layer(4, 5, "tanh", seed=1), sgrad.Layer(5, 2, "identity", seed=2)]
+
+
+def fresh_history():
+    return {"evaluated_at": [], "mean_loss": [], "step_loss": [], "wall_time": 0.0}
+
+
+def run(layers=None, *, steps=8, eval_every=3, seen=None, train_step=None, **options):
+    """The loop on the tiny regression; ``seen`` collects every batch's indices."""
+    layers = network() if layers is None else layers
+    x, y = regression()
+
+    def step(indices, history):
+        if seen is not None:
+            seen.append(indices.copy())
+        return backprop_step(layers, x[indices], y[indices], mse, 0.1)
+
+    def evaluate(step_number, losses, history):
+        history["evaluated_at"].append(step_number)
+        history["mean_loss"].append(float(np.mean(losses)))
+        return f"step {step_number}"
+
+    settings = dict(run={"trainer": "test"}, steps=steps, eval_every=eval_every, num_examples=EXAMPLES,
+                    batch_size=BATCH, rng=np.random.default_rng(7), history=fresh_history(), name="regression",
+                    label="[regression]", learning_rates={"alpha": 0.1}, keep_step_losses=True)
+    settings.update(options)
+    return loop.train_loop(layers, step if train_step is None else train_step, evaluate, **settings)
+
+
+def without_wall_time(history):
+    return {k: v for k, v in history.items() if k != "wall_time"}
+
+
+# --- batches and evaluations ------------------------------------------------------------------------------
+
+
+def test_each_pass_takes_full_batches_of_a_new_permutation_from_the_rng():
+    seen = []
+    run(steps=7, seen=seen)
+    rng = np.random.default_rng(7)
+    expected = []
+    for _ in range(3):  # passes: 3 batches each
+        order = rng.permutation(EXAMPLES)
+        expected += [order[i:i + BATCH] for i in (0, 3, 6)]
+    assert len(seen) == 7
+    for step, (ours, theirs) in enumerate(zip(seen, expected), start=1):
+        np.testing.assert_array_equal(ours, theirs, err_msg=f"step {step}")
+
+
+def test_evaluations_come_every_eval_every_steps_and_once_more_at_the_end():
+    history = run(steps=8, eval_every=3)
+    assert history["evaluated_at"] == [3, 6, 8]
+    losses = history["step_loss"]
+    assert history["mean_loss"] == [float(np.mean(losses[0:3])), float(np.mean(losses[3:6])),
+                                    float(np.mean(losses[6:8]))]
+
+
+def test_no_extra_evaluation_when_the_budget_ends_on_one():
+    assert run(steps=6, eval_every=3)["evaluated_at"] == [3, 6]
+
+
+def test_progress_lines_carry_the_label():
+    lines = []
+    run(steps=6, progress=lines.append)
+    assert lines == ["[regression] step 3", "[regression] step 6"]
+
+
+# --- divergence -----------------------------------------------------------------------------------------
+
+
+def overflowing_at(step):
+    """A train_step whose numbers overflow in its ``step``-th call."""
+    calls = []
+
+    def train_step(indices, history):
+        calls.append(1)
+        return float(np.float64(1e300) * 1e10) if len(calls) == step else 1.0
+    return train_step
+
+
+def test_a_diverging_run_stops_at_once_naming_the_run_the_step_and_the_learning_rates():
+    with pytest.raises(sgrad.TrainingDiverged) as info:
+        run(train_step=overflowing_at(5), name="dni (depth 3)", unit="iteration",
+            learning_rates={"alpha": 0.01, "generator_alpha": 100.0})
+    assert str(info.value).startswith("dni (depth 3) diverged at iteration 5: overflow encountered in ")
+    assert str(info.value).endswith(". The learning rate (alpha=0.01, generator_alpha=100.0) is the likely cause; "
+                                    "try a smaller one.")
+    history = info.value.history
+    assert history["diverged_at_iteration"] == 5
+    assert history["step_loss"] == [1.0] * 4
+    assert history["evaluated_at"] == [3]
+    assert history["wall_time"] > 0
+
+
+def test_a_non_finite_loss_is_a_divergence_too():
+    with pytest.raises(sgrad.TrainingDiverged, match=r"^regression diverged at step 2: the loss became nan\. "):
+        run(train_step=lambda indices, history: float("nan") if history["step_loss"] else 1.0)
+
+
+def test_no_warning_leaks_from_a_diverging_run():
+    with np.errstate(all="warn"), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(sgrad.TrainingDiverged):
+            run(train_step=overflowing_at(2))
+    assert [str(w.message) for w in caught] == []
+
+
+def test_run_and_report_keeps_a_diverged_history_with_the_reason():
+    lines = []
+    history = loop.run_and_report(lambda: run(train_step=overflowing_at(2)), "[regression]", lines.append)
+    assert history["diverged"].startswith("regression diverged at step 2: ")
+    assert history["diverged_at_step"] == 2
+    assert lines[0] == f"[regression] {history['diverged']}"
+    assert lines[1].startswith("[regression] done in ")
+
+
+# --- checkpoints ----------------------------------------------------------------------------------------
+
+
+def test_an_interrupted_run_resumes_from_its_last_checkpoint_bit_for_bit(tmp_path):
+    unbroken_layers = network()
+    unbroken = run(unbroken_layers, steps=11, eval_every=4)
+    calls = []
+    x, y = regression()
+    layers = network()
+
+    def interrupted(indices, history):
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return backprop_step(layers, x[indices], y[indices], mse, 0.1)
+
+    with pytest.raises(KeyboardInterrupt):
+        run(layers, steps=11, eval_every=4, train_step=interrupted, checkpoint=tmp_path / "run.npz",
+            checkpoint_every=3)
+    saved = load_checkpoint(tmp_path / "run.npz").metadata
+    assert (saved["step"], saved["loop"]) == (6, {"position": 9, "losses": saved["history"]["step_loss"][4:6]})
+    lines, resumed_layers = [], network()
+    resumed = run(resumed_layers, steps=11, eval_every=4, checkpoint=tmp_path / "run.npz", checkpoint_every=3,
+                  progress=lines.append)
+    assert lines[0] == f"[regression] resumed from {tmp_path / 'run.npz'} at step 6 of 11"
+    assert without_wall_time(resumed) == without_wall_time(unbroken)
+    for ours, theirs in zip(resumed_layers, unbroken_layers):
+        np.testing.assert_array_equal(ours.weights, theirs.weights)
+    assert resumed["wall_time"] >= saved["history"]["wall_time"]
+
+
+def test_a_finished_run_carries_on_to_a_larger_budget(tmp_path):
+    unbroken = run(steps=10, eval_every=4)
+    short = run(steps=6, eval_every=4, checkpoint=tmp_path / "run.npz")
+    assert short["evaluated_at"] == [4, 6]  # the end of the shorter run: an evaluation not in the longer one
+    longer = run(steps=10, eval_every=4, checkpoint=tmp_path / "run.npz")
+    assert without_wall_time(longer) == without_wall_time(unbroken)
+
+
+def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path):
+    run(steps=4, checkpoint=tmp_path / "run.npz")
+    lines = []
+    fresh = run(steps=4, checkpoint=tmp_path / "run.npz", run={"trainer": "other"}, progress=lines.append)
+    assert lines[0].startswith(f"[regression] not resuming from {tmp_path / 'run.npz'}: ")
+    assert without_wall_time(fresh) == without_wall_time(run(steps=4))
+
+
+def test_checkpoint_every_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="checkpoint_every must be at least 1; got 0"):
+        run(checkpoint_every=0)
+
+
+# --- the steps of each method -----------------------------------------------------------------------------
+
+
+def test_no_bprop_changes_only_the_top_layer():
+    config = mnist.PaperConfig(hidden=16, generator_hidden=(8,), batch_size=8, seed=0)
+    before, layers = mnist.build_network("no-bprop", 20, config), mnist.build_network("no-bprop", 20, config)
+    rng = np.random.default_rng(0)
+    x, y = rng.random((8, 20), dtype=np.float32), np.eye(10, dtype=np.float32)[rng.integers(0, 10, 8)]
+    loop.take_step("no-bprop", layers, x, y, softmax_cross_entropy, 1e-2)
+    for ours, initial in zip(layers[:-1], before[:-1]):
+        for name, value in initial.parameters.items():
+            np.testing.assert_array_equal(ours.parameters[name], value)
+    assert np.abs(layers[-1].weights - before[-1].weights).max() > 0
+
+
+# --- what experiments share -------------------------------------------------------------------------------
+
+
+def test_check_methods_takes_one_name_or_a_list():
+    assert loop.check_methods("dni", ("backprop", "dni")) == ["dni"]
+    assert loop.check_methods(("dni", "backprop"), ("backprop", "dni")) == ["dni", "backprop"]
+
+
+@pytest.mark.parametrize("methods", [[], ["dni", "sgd"]], ids=["none", "unknown"])
+def test_check_methods_refuses_an_empty_or_unknown_list(methods):
+    with pytest.raises(ValueError, match=r"methods must be a non-empty list drawn from backprop, dni; got "):
+        loop.check_methods(methods, ("backprop", "dni"))
+
+
+def test_atomic_write_text_creates_the_folder_and_replaces_the_file(tmp_path):
+    path = tmp_path / "out" / "results.md"
+    loop.atomic_write_text(path, "first\n")
+    loop.atomic_write_text(path, "second\n")
+    assert path.read_text() == "second\n"
+    assert [p.name for p in path.parent.iterdir()] == ["results.md"]
+
+
+def test_an_interrupted_atomic_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    path = tmp_path / "histories.json"
+    loop.atomic_write_text(path, json.dumps({"old": True}))
+
+    def failing_replace(src, dst):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(loop.os, "replace", failing_replace)
+    with pytest.raises(KeyboardInterrupt):
+        loop.atomic_write_text(path, json.dumps({"new": True}))
+    assert json.loads(path.read_text()) == {"old": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["histories.json"]
+
+
+def test_checkpoint_path_is_none_without_a_folder_or_a_period(tmp_path):
+    assert loop.checkpoint_path(None, "dni", 5) is None
+    assert loop.checkpoint_path(tmp_path, "dni", None) is None
+    assert loop.checkpoint_path(tmp_path, "dni-depth3", 5) == tmp_path / "checkpoints" / "dni-depth3.npz"
