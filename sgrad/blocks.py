@@ -104,9 +104,9 @@ class Sequential(Module):
     def forward(self, x: np.ndarray) -> np.ndarray:
         if isinstance(x, np.ndarray) and x.ndim == 2:  # else the first module's forward says what is wrong
             self.check_batch_size(x.shape[0])  # before any module remembers anything
-        self._stale = False
         for module in self.modules:
             x = module.forward(x)
+        self._stale = False
         return x
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:

@@ -176,42 +176,41 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "paper":
-        return _paper(parser, args)
+    command, written = ((_paper, "results.md, paper.png and histories.json") if args.command == "paper"
+                        else (_compare, "history.json, compare.png and results.md"))
     try:
-        histories = compare(
-            args.methods, output_dim=args.bits, num_train=args.train, num_test=args.test,
-            out_dir=args.out, progress=None if args.quiet else print_progress,
-            epochs=args.epochs, batch_size=args.batch_size, hidden=args.hidden, nonlin=args.nonlin,
-            update_rule=args.update_rule, alpha=args.lr, generator_alpha=args.generator_lr,
-            generator_targets=args.targets, dtype=args.dtype, seed=args.seed,
-            checkpoint_every=args.checkpoint_every or None)
+        table = command(args)
     except (ValueError, TypeError, OSError) as error:
-        parser.exit(2, f"sgrad compare: error: {error}\n")
-    print(results_table(histories))
-    print(f"wrote {args.out}/history.json, compare.png and results.md", file=sys.stderr)
+        parser.exit(2, f"sgrad {args.command}: error: {error}\n")
+    print(table)
+    print(f"wrote {args.out}/{written}", file=sys.stderr)
     return 0
 
 
-def _paper(parser, args):
+def _compare(args: argparse.Namespace) -> str:
+    histories = compare(
+        args.methods, output_dim=args.bits, num_train=args.train, num_test=args.test,
+        out_dir=args.out, progress=None if args.quiet else print_progress,
+        epochs=args.epochs, batch_size=args.batch_size, hidden=args.hidden, nonlin=args.nonlin,
+        update_rule=args.update_rule, alpha=args.lr, generator_alpha=args.generator_lr,
+        generator_targets=args.targets, dtype=args.dtype, seed=args.seed,
+        checkpoint_every=args.checkpoint_every or None)
+    return results_table(histories)
+
+
+def _paper(args: argparse.Namespace) -> str:
     from data_gen.mnist import load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
-    try:
-        config = PaperConfig(
-            iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
-            batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=args.generator_hidden,
-            generator_batchnorm=not args.no_generator_batchnorm, alpha=args.lr, generator_alpha=args.generator_lr,
-            eval_every=args.eval_every, dtype=args.dtype, seed=args.seed)
-        data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
-                             seed=args.seed if args.train_subset else None)
-        results = run_grid(tuple(data), methods=args.methods, depths=args.depths, config=config, out_dir=args.out,
-                           progress=None if args.quiet else print_progress,
-                           checkpoint_every=args.checkpoint_every or None)
-    except (ValueError, TypeError, OSError) as error:
-        parser.exit(2, f"sgrad paper: error: {error}\n")
-    print(paper_table(results))
-    print(f"wrote {args.out}/results.md, paper.png and histories.json", file=sys.stderr)
-    return 0
+    config = PaperConfig(
+        iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
+        batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=args.generator_hidden,
+        generator_batchnorm=not args.no_generator_batchnorm, alpha=args.lr, generator_alpha=args.generator_lr,
+        eval_every=args.eval_every, dtype=args.dtype, seed=args.seed)
+    data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
+                         seed=args.seed if args.train_subset else None)
+    results = run_grid(tuple(data), methods=args.methods, depths=args.depths, config=config, out_dir=args.out,
+                       progress=None if args.quiet else print_progress, checkpoint_every=args.checkpoint_every or None)
+    return paper_table(results)
 
 
 if __name__ == "__main__":

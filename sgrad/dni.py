@@ -40,11 +40,11 @@ def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.nda
     (``input_delta=False`` skips it and returns None, for a module whose input
     is data).  Everything is checked before anything changes.
     """
-    validation.check_batch(x, "input", module.input_dim, width_name="this layer's input_dim")
-    validation.check_condition(condition, generator.condition_dim, x.shape[0], "this DNI")
-    for part in (module, generator):
-        if isinstance(part, Module):
-            part.check_batch_size(x.shape[0])
+    if isinstance(x, np.ndarray) and x.ndim == 2:  # else module.forward says what is wrong with x
+        validation.check_condition(condition, generator.condition_dim, x.shape[0], "this DNI")
+        for part in (module, generator):
+            if isinstance(part, Module):
+                part.check_batch_size(x.shape[0])
     h = module.forward(x)                                        # 1. h_k
     g_hat = generator.forward(h, condition)                      # 2. ĝ_k = M_k(h_k, c)
     validation.check_same_shape(g_hat, "the generator's synthetic gradient", h, "this layer's output")

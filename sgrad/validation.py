@@ -18,8 +18,6 @@ import numpy as np
 
 from data_gen.checks import Seed, check_bool, check_integer, make_rng
 
-from .fast import all_finite
-
 __all__ = ["Seed", "check_batch", "check_bool", "check_choice", "check_condition", "check_float_dtype", "check_integer",
            "check_learning_rate", "check_number", "check_same_shape", "check_widths", "make_rng"]
 
@@ -104,7 +102,7 @@ def check_batch(array: Any, name: str, width: int | None = None, *, width_name: 
                          f"got shape {array.shape}, i.e. {array.shape[1]} columns")
     if array.shape[0] == 0:
         raise ValueError(f"{name} is an empty batch (shape {array.shape}); pass at least one row")
-    if not all_finite(array):
+    if not np.isfinite(array).all():
         row = int(np.argwhere(~np.isfinite(array))[0, 0])
         raise ValueError(f"{name} holds NaN or inf (first in row {row}); check the data, or lower the "
                          "learning rate if it came from a training run that diverged")

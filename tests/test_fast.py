@@ -5,45 +5,10 @@ a trick that warns where the plain formula is silent is not the same function.
 """
 
 import numpy as np
-import pytest
 from hypothesis import given
-from strategies import (draws, dtypes, float_dtypes, float_matrices, indices, long_batches, matrix_sides, non_finite,
-                        orders, seeds, widths)
+from strategies import (dtypes, long_batches, seeds, widths)
 
 from sgrad import fast, kernels
-
-# --- all_finite: np.isfinite(array).all() ------------------------------------------------------
-
-
-@given(array=float_matrices())
-def test_all_finite_is_isfinite_all(array):
-    assert fast.all_finite(array) == np.isfinite(array).all(), (
-        f"all_finite (mine) says {fast.all_finite(array)}, np.isfinite(array).all() says {np.isfinite(array).all()}")
-
-
-@given(rows=matrix_sides, columns=matrix_sides, dtype=float_dtypes, order=orders, bad=non_finite, seed=seeds,
-       data=draws)
-def test_one_nan_or_inf_anywhere_makes_the_array_not_finite(rows, columns, dtype, order, bad, seed, data):
-    array = np.asarray(np.random.default_rng(seed).random((rows, columns)), dtype=dtype, order=order)
-    array[data.draw(indices(rows), label="row"), data.draw(indices(columns), label="column")] = bad
-    assert not fast.all_finite(array)
-
-
-@pytest.mark.parametrize("order", ["C", "F"])
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_finite_columns_whose_sums_overflow_are_finite(dtype, order):
-    largest = np.finfo(dtype).max
-    array = np.asarray(np.full((8, 3), largest / 2), dtype=dtype, order=order)
-    array[:, 1] *= -1
-    assert fast.all_finite(array)
-
-
-@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
-def test_inf_and_minus_inf_in_one_column_are_not_finite(dtype):
-    array = np.ones((4, 3), dtype=dtype)
-    array[0, 2], array[3, 2] = np.inf, -np.inf  # their column sum is inf - inf: NaN, an invalid operation
-    assert not fast.all_finite(array)
-
 
 # --- batchnorm_backward: kernels.batchnorm_backward in place --------------------------------------
 
@@ -75,3 +40,33 @@ def test_batchnorm_backward_is_the_plain_kernels(dtype, batch, features, seed):
             f"({8 * batch * eps * size:.2g})\n  fast:  {np.ravel(ours)[:6]}\n  plain: {np.ravel(theirs)[:6]}")
     for argument, copy in zip(arguments, copies):
         np.testing.assert_array_equal(argument, copy, err_msg="batchnorm_backward changed its input")
+
+
+# --- batchnorm_forward: kernels.batchnorm_forward in fewer passes ----------------------------------
+
+
+@given(dtype=dtypes, batch=long_batches, features=widths, seed=seeds)
+def test_batchnorm_forward_is_the_plain_kernels(dtype, batch, features, seed):
+    rng = np.random.default_rng(seed)
+    offset, spread = rng.uniform(-5.0, 5.0, features), rng.uniform(0.1, 10.0, features)
+    x = (offset + spread * rng.standard_normal((batch, features))).astype(dtype)
+    gamma, beta = rng.standard_normal(features).astype(dtype), rng.standard_normal(features).astype(dtype)
+    before = x.copy()
+
+    mine = fast.batchnorm_forward(x, gamma, beta, 1e-5)
+    plain = kernels.batchnorm_forward(x, gamma, beta, 1e-5)
+
+    eps = np.finfo(dtype).eps
+    # Each result is compared to the size of what it is made from: x_hat and out are of order 1 to 3 (|x_hat| <=
+    # sqrt(batch)), the mean and variance of order |x| and x**2.
+    sizes = {"out": 1 + np.abs(gamma) * np.sqrt(batch) + np.abs(beta), "x_hat": np.sqrt(batch),
+             "inv_std": 1 / np.sqrt(plain[4] + 1e-5), "mean": np.max(np.abs(x), axis=0),
+             "var": np.max(x.astype(np.float64) ** 2, axis=0)}
+    for (name, size), ours, theirs in zip(sizes.items(), mine, plain):
+        assert ours.dtype == dtype, f"{name} is {ours.dtype}; expected {np.dtype(dtype)}"
+        difference = np.abs(ours.astype(np.float64) - theirs)
+        bound = 16 * batch * eps * size
+        assert np.all(difference <= bound), (
+            f"{name}: fast (mine) and plain kernel differ by {np.max(difference):.2g}, more than rounding\n"
+            f"  fast:  {np.ravel(ours)[:6]}\n  plain: {np.ravel(theirs)[:6]}")
+    np.testing.assert_array_equal(x, before, err_msg="batchnorm_forward changed its input")

@@ -33,14 +33,13 @@ past a diverged run), :func:`checkpoint_path` and :func:`atomic_write_text`
 
 import os
 import pathlib
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..checkpoint import resume_run, save_run
+from ..checkpoint import atomic_write, resume_run, save_run
 from ..optimizers import UPDATE_RULES
 from ..steps import Loss, backprop_step, dni_step, synthetic_loss_step
 from ..validation import check_choice, check_integer, check_learning_rate
@@ -220,15 +219,7 @@ def checkpoint_path(out_dir: str | os.PathLike[str] | None, run_name: str,
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` (creating its folder): an interrupted write leaves the old file whole.
 
-    The text goes to a temporary file beside ``path``, which is then renamed over it.
+    As a checkpoint is written (:func:`sgrad.checkpoint.atomic_write`): to a
+    temporary file beside ``path``, which is then renamed over it.
     """
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as file:
-            file.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    atomic_write(path, lambda file: file.write(text.encode("utf-8")))
