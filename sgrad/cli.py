@@ -17,6 +17,7 @@ from .experiments.mnist import GENERATORS, PAPER_METHODS, PaperConfig, run_grid
 from .experiments.mnist import results_table as paper_table
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
+from .validation import check_integer, check_number
 
 DEFAULTS = TrainConfig()
 PAPER_DEFAULTS = PaperConfig()
@@ -34,26 +35,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def _int_at_least(minimum):
+def _checked(convert, kind, check):
+    """An argparse type: the text as ``kind`` (``convert``), then sgrad's own ``check`` of the value.
+
+    The check's message follows argparse's "argument --name:", so the check is given no name of its own.
+    """
     def parse(text):
         try:
-            value = int(text)
+            value = convert(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number; got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}; got {value}")
-        return value
+            raise argparse.ArgumentTypeError(f"expected {kind}; got {text!r}") from None
+        try:
+            return check(value)
+        except (TypeError, ValueError) as error:
+            raise argparse.ArgumentTypeError(str(error).strip()) from None
     return parse
 
 
-def _positive_float(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number; got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text}")
-    return value
+def _int_at_least(minimum):
+    return _checked(int, "a whole number", lambda value: check_integer(value, "", minimum=minimum))
+
+
+_positive_float = _checked(float, "a number", lambda value: check_number(value, "", above=0, example="0.01"))
 
 
 def _bits(text):

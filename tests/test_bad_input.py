@@ -488,7 +488,7 @@ def test_load_mnist_refuses_a_path_it_cannot_use(path, error, fragments, tmp_pat
 COMMAND_LINES = [
     pytest.param([], "sgrad: error: the following arguments are required: COMMAND", id="no-command"),
     pytest.param(["train"], "argument COMMAND: invalid choice: 'train'", id="unknown-command"),
-    pytest.param(["compare", "--lr", "nan"], "argument --lr: must be a finite number > 0; got nan", id="nan-lr"),
+    pytest.param(["compare", "--lr", "nan"], "argument --lr: must be a finite number > 0, e.g. 0.01; got nan", id="nan-lr"),
     pytest.param(["compare", "--update-rule", "rmsprop"], "argument --update-rule: invalid choice: 'rmsprop'",
                  id="unknown-update-rule"),
     pytest.param(["compare", "--seed", "-1"], "argument --seed: must be at least 0; got -1", id="negative-seed"),

@@ -209,7 +209,7 @@ def test_same_seed_gives_identical_histories(tiny, tmp_path):
     (["--bits", "63"], "argument --bits: must be at most 62; got 63"),
     (["--epochs", "0"], "argument --epochs: must be at least 1; got 0"),
     (["--hidden", "8,x"], "argument --hidden: expected comma-separated positive widths such as 128,64; got '8,x'"),
-    (["--lr", "-1"], "argument --lr: must be a finite number > 0; got -1"),
+    (["--lr", "-1"], "argument --lr: must be a finite number > 0, e.g. 0.01; got -1.0"),
     (["--nonlin", "softsign"], "argument --nonlin: invalid choice: 'softsign'"),
     (["--batch-size", "500"], "batch_size (500) is larger than the training set"),
 ], ids=["unknown-method", "bits-1", "bits-63", "epochs-0", "hidden-not-int", "negative-lr", "unknown-nonlin",
