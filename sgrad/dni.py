@@ -38,7 +38,9 @@ def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.nda
     condition_dim) for a conditioned generator, else None.  δ is ĝ
     backpropagated through the module with its pre-update parameters
     (``input_delta=False`` skips it and returns None, for a module whose input
-    is data).  Everything is checked before anything changes.
+    is data).  The input, the condition and the batch size are checked before
+    anything changes; a ĝ that does not fit h is refused before the module
+    descends on it.
     """
     if isinstance(x, np.ndarray) and x.ndim == 2:  # else module.forward says what is wrong with x
         validation.check_condition(condition, generator.condition_dim, x.shape[0], "this DNI")

@@ -21,6 +21,7 @@ from hypothesis import assume, settings
 
 from sgrad.blocks import Activation, Sequential
 from sgrad.checks import numerical_gradient, relative_error
+from sgrad.generators import LinearGenerator
 from sgrad.kernels import linear_forward
 from sgrad.layers import Layer
 from sgrad.nonlinearities import relu
@@ -185,3 +186,24 @@ def assert_same_state(tree, before):
         else:
             now = after[path]
             assert not isinstance(now, np.ndarray) and now == value, f"{path} was {value!r} and is now {now!r}"
+
+
+class RecordingGenerator(LinearGenerator):
+    """A LinearGenerator that remembers every condition and target it was given."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.conditions = []
+        self.targets = []
+
+    def forward(self, h, condition=None):
+        self.conditions.append(condition)
+        return super().forward(h, condition)
+
+    def update(self, target, alpha):
+        self.targets.append(target.copy())
+        return super().update(target, alpha)
+
+
+def random_batch(rng, batch, width):
+    return rng.standard_normal((batch, width))

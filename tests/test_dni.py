@@ -5,7 +5,7 @@ Layer and for a Linear→BatchNorm→ReLU block: the forward pass, ĝ = M(h, c),
 with the parameters from before the update, one step of the module's update rule on ĝ's gradients, and
 every check made before anything changes.  ``DNI`` and ``DNIBlock`` are specified by what they add: they
 run that step with their own alpha and keep ĝ, they train their generator with generator_alpha, and DNI's
-blog-style construction.  The last section wires DNI layers into stacks with sgrad.steps.
+blog-style construction.  Stacks of DNI layers (sgrad.steps) are in test_steps.py.
 
 The batch-size rule and train/eval over a DNI's tree are in test_module.py; bad arguments shared by the
 whole public API (a cDNI without its condition, widths, NaN...) in test_bad_input.py.
@@ -16,67 +16,17 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import (assert_dtype, assert_gradients_match, assert_same_state, assert_tree_dtype, away_from_kinks,
-                      normal, randomize, relative_error, tree_state)
+from conftest import (RecordingGenerator, assert_dtype, assert_gradients_match, assert_same_state, assert_tree_dtype,
+                      away_from_kinks, normal, random_batch, randomize, relative_error, tree_state)
 from hypothesis import assume, given
 from strategies import (MODULE_KINDS, batches, booleans, condition_dims, dtypes, module_kinds, nonlinearities, seeds,
                         update_rules, widths)
 
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, MLPGenerator, dense_block, synthetic_step
-from sgrad.kernels import dense_backward, dense_forward
-from sgrad.losses import mse
-from sgrad.steps import backprop_step, dni_step
+from sgrad.kernels import dense_forward
 
 BATCH, IN, OUT, CONDITION = 6, 4, 5, 3
 ALPHA = 0.1
-
-
-class OracleGenerator:
-    """A test-side generator whose ĝ is the true dL/dh, computed through the layers above."""
-
-    condition_dim = 0
-
-    def __init__(self, output_dim, upper_layers, loss_fn):
-        self.output_dim = output_dim
-        self.upper_layers = upper_layers
-        self.loss_fn = loss_fn
-        self.y = None
-
-    def predict(self, h, condition=None):
-        hs = [h]
-        for layer in self.upper_layers:
-            hs.append(dense_forward(hs[-1], layer.weights, layer.bias, layer.nonlin))
-        _, g = self.loss_fn(hs[-1], self.y)
-        for k in range(len(self.upper_layers) - 1, -1, -1):
-            layer = self.upper_layers[k]
-            g, _, _, _ = dense_backward(g, hs[k], hs[k + 1], layer.weights, layer.nonlin_deriv, True)
-        return g
-
-    forward = predict
-
-    def update(self, target, alpha):
-        return 0.0
-
-
-class RecordingGenerator(LinearGenerator):
-    """A LinearGenerator that remembers every condition and target it was given."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.conditions = []
-        self.targets = []
-
-    def forward(self, h, condition=None):
-        self.conditions.append(condition)
-        return super().forward(h, condition)
-
-    def update(self, target, alpha):
-        self.targets.append(target.copy())
-        return super().update(target, alpha)
-
-
-def random_batch(rng, batch, width):
-    return rng.standard_normal((batch, width))
 
 
 def _x(seed=0, rows=BATCH, width=IN):
@@ -453,115 +403,3 @@ def test_keeps_its_dtype_through_a_step(dtype, batch, input_dim, output_dim, con
     assert_dtype(dtype, input_delta=input_delta, output=output, synthetic_gradient=layer.synthetic_gradient,
                  **{f"generator gradient of {k}": g for k, g in layer.generator.gradients.items()})
     assert_tree_dtype(dtype, layer, "DNI")  # the layer, its generator and the generator's net
-
-
-# --- stacks of DNI layers (sgrad.steps) -------------------------------------------------------
-
-
-@pytest.mark.parametrize("update_rule", ["sgd", "adam"])
-def test_dni_with_oracle_generators_matches_backprop_weights(update_rule):
-    """With ĝ_k equal to the true gradient, decoupled updates are exactly backprop's."""
-    rng = np.random.default_rng(0)
-    x_all = random_batch(rng, 200, 6)
-    y_all = np.tanh(x_all @ rng.standard_normal((6, 3)))
-    dims, alpha = (6, 10, 8, 3), 0.05 if update_rule == "sgd" else 0.01
-
-    backprop = [Layer(dims[k], dims[k + 1], "tanh" if k < 2 else "identity", update_rule=update_rule, seed=k)
-                for k in range(3)]
-    top = Layer(dims[2], dims[3], "identity", update_rule=update_rule, seed=2)
-    oracle_2 = OracleGenerator(dims[2], [top], mse)
-    layer_2 = DNI(dims[1], dims[2], "tanh", alpha=alpha, generator=oracle_2, update_rule=update_rule, seed=1)
-    oracle_1 = OracleGenerator(dims[1], [layer_2, top], mse)
-    layer_1 = DNI(dims[0], dims[1], "tanh", alpha=alpha, generator=oracle_1, update_rule=update_rule, seed=0)
-    decoupled = [layer_1, layer_2, top]
-
-    for step in range(25):
-        x, y = x_all[8 * step:8 * step + 8], y_all[8 * step:8 * step + 8]
-        oracle_1.y = oracle_2.y = y
-        backprop_step(backprop, x, y, mse, alpha)
-        dni_step(decoupled, x, y, mse, alpha)
-
-    for ours, reference in zip(decoupled, backprop):
-        np.testing.assert_allclose(ours.weights, reference.weights, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(ours.bias, reference.bias, rtol=0, atol=1e-10)
-    assert np.abs(backprop[0].weights - Layer(6, 10, "tanh", seed=0).weights).max() > 1e-3
-
-
-def test_each_generator_regresses_onto_what_the_layer_above_returned():
-    rng = np.random.default_rng(0)
-    dims = (6, 9, 8, 7, 3)
-    layers = [DNI(dims[k], dims[k + 1], "tanh", alpha=0.05,
-                  generator=RecordingGenerator(dims[k + 1], init="blog", seed=10 + k), seed=k)
-              for k in range(3)]
-    top = Layer(dims[3], dims[4], "identity", seed=3)
-    stack = layers + [top]
-    x, y = random_batch(rng, 5, 6), random_batch(rng, 5, 3)
-
-    # Run the step by hand, keeping every returned delta and the top's pre-update weights.
-    h, returned = x, []
-    for layer in layers:
-        delta, h = layer.forward_and_synthetic_update(h)
-        returned.append(delta)
-    top_weights = top.weights.copy()
-    top_output = top.forward(h)
-    _, g = mse(top_output, y)
-    true_gradient_at_h3 = g @ top_weights.T
-    np.testing.assert_allclose(top.backward(g), true_gradient_at_h3, rtol=1e-13)
-    top.update(0.05)
-    for layer, target in zip(layers, returned[1:] + [true_gradient_at_h3]):
-        layer.update_synthetic_weights(target)
-
-    for k, layer in enumerate(layers[:-1]):
-        np.testing.assert_array_equal(layer.generator.targets[-1], returned[k + 1])
-    np.testing.assert_allclose(layers[-1].generator.targets[-1], true_gradient_at_h3, rtol=1e-13)
-
-    # The library's own training step wires the targets the same way.
-    stack_targets_before = [len(layer.generator.targets) for layer in layers]
-    x2, y2 = random_batch(rng, 5, 6), random_batch(rng, 5, 3)
-    h, returned = x2, []
-    for layer in layers:
-        h_next = dense_forward(h, layer.weights, layer.bias, layer.nonlin)
-        g_hat = layer.generator.predict(h_next)
-        returned.append(dense_backward(g_hat, h, h_next, layer.weights, layer.nonlin_deriv, True)[0])
-        h = h_next
-    top_pre = top.weights.copy()
-    _, g = mse(dense_forward(h, top_pre, top.bias, top.nonlin), y2)
-    dni_step(stack, x2, y2, mse, 0.05)
-    assert [len(layer.generator.targets) for layer in layers] == [n + 1 for n in stack_targets_before]
-    np.testing.assert_allclose(layers[0].generator.targets[-1], returned[1], rtol=1e-12)
-    np.testing.assert_allclose(layers[1].generator.targets[-1], returned[2], rtol=1e-12)
-    np.testing.assert_allclose(layers[2].generator.targets[-1], g @ top_pre.T, rtol=1e-12)
-
-
-
-
-def test_dni_step_equals_each_layers_public_calls():
-    # dni_step is the layers' public calls in the order of the paper's algorithm, nothing more.
-    from sgrad import DNIBlock, dense_block
-    from sgrad.losses import softmax_cross_entropy
-
-    rng = np.random.default_rng(0)
-    x, y = rng.random((8, 4)), np.eye(3)[rng.integers(0, 3, 8)]
-
-    def stack():
-        hidden = [DNIBlock(dense_block(4, 6, seed=0), LinearGenerator(6, 3, init="blog", seed=1), 0.1),
-                  DNI(6, 5, "relu", condition_dim=3, generator_init="blog", seed=2, alpha=0.1)]
-        return hidden + [Layer(5, 3, "identity", seed=3)]
-
-    fast, slow = stack(), stack()
-    loss, generator_losses = dni_step(fast, x, y, softmax_cross_entropy, 0.1, condition=y)
-    first, h = slow[0].forward_and_synthetic_update(x, y, input_delta=False)
-    second, h = slow[1].forward_and_synthetic_update(h, y)
-    expected, g = softmax_cross_entropy(slow[2].forward(h), y)
-    top_delta = slow[2].backward(g)
-    slow[2].update(0.1)
-    expected_generator_losses = [slow[0].update_synthetic_weights(second), slow[1].update_synthetic_weights(top_delta)]
-    assert first is None
-    assert loss == expected and generator_losses == expected_generator_losses
-    for a, b in zip(fast, slow):
-        for owner_a, owner_b in ((a, b), (getattr(a, "generator", None), getattr(b, "generator", None))):
-            if owner_a is None:
-                continue
-            for name, param in owner_a.parameters.items():
-                np.testing.assert_array_equal(param, owner_b.parameters[name], err_msg=name)
-    assert all(set(layer.generator.gradients) == {"weights", "bias"} for layer in fast[:2] + slow[:2])
