@@ -22,6 +22,8 @@ condition_dims = st.integers(0, 2)  # 0: unconditioned
 hidden_widths = st.lists(st.integers(1, 4), max_size=2).map(tuple)  # () included: a linear generator net
 matrix_sides = st.integers(1, 40)
 long_batches = st.integers(2, 64)  # sums over more rows: where two ways of summing round apart
+sum_widths = st.integers(2, 62)  # bits of a binary-addition sum: data_gen's range
+example_counts = st.integers(1, 20)
 draws = st.data()  # for a test whose later draws depend on earlier ones (a row index below the drawn row count)
 
 

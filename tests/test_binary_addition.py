@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from strategies import example_counts, seeds, sum_widths
 
 from data_gen.binary_addition import (bits_to_int, generate_dataset, generate_split, int_to_bits,
                                       split_operands)
@@ -94,7 +94,7 @@ def test_generate_dataset_rows_add_up():
 
 
 @settings(max_examples=30, deadline=None)
-@given(output_dim=st.integers(2, 62), num_examples=st.integers(1, 20), seed=st.integers(0, 2 ** 32 - 1))
+@given(output_dim=sum_widths, num_examples=example_counts, seed=seeds)
 def test_generate_dataset_rows_add_up_for_every_width(output_dim, num_examples, seed):
     x, y = generate_dataset(output_dim=output_dim, num_examples=num_examples, seed=seed)
     assert x.shape == (num_examples, 2 * output_dim)
