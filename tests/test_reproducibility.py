@@ -7,8 +7,12 @@ a diverging method stops clearly while the others carry on (tests/test_experimen
 tests/test_experiment_mnist.py); the loop's divergence and resuming (tests/test_loop.py).
 """
 
+import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -27,6 +31,27 @@ def test_another_seed_gives_other_numbers():
     first = sgrad.compare(["dni"], seed=0, **TINY)
     second = sgrad.compare(["dni"], seed=1, **TINY)
     assert first["dni"]["step_loss"] != second["dni"]["step_loss"]
+
+
+# --- what the BLAS thread count changes ---------------------------------------------------------------------
+
+
+def compare_in_a_process(tmp_path, threads):
+    """``history.json`` of a short ``sgrad compare`` run in a fresh process with ``threads`` BLAS threads."""
+    out = tmp_path / f"threads-{threads}"
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    subprocess.run([sys.executable, "-m", "sgrad", "compare", "--methods", "backprop,no-bprop", "--epochs", "3",
+                    "--train", "200", "--test", "50", "--out", str(out), "--checkpoint-every", "0", "--quiet"],
+                   env=env, check=True, capture_output=True, timeout=300)
+    return json.loads((out / "history.json").read_text())["histories"]
+
+
+def test_backprop_is_bit_identical_on_one_and_two_blas_threads(tmp_path):
+    """The README promises it for backprop and no backprop (and says DNI's rounding depends on the thread count)."""
+    one, two = compare_in_a_process(tmp_path, 1), compare_in_a_process(tmp_path, 2)
+    for method in ("backprop", "no-bprop"):
+        assert one[method]["step_loss"] == two[method]["step_loss"], method
+        assert one[method]["test_bit_accuracy"] == two[method]["test_bit_accuracy"], method
 
 
 # --- no global random state --------------------------------------------------------------------------------
