@@ -62,3 +62,23 @@ def test_notebook_reads_the_smoke_flag_first_and_ends_with_what_to_try(path):
     assert "SGRAD_SMOKE" in "".join(first_code["source"])
     last_markdown = [cell for cell in cells if cell["cell_type"] == "markdown"][-1]
     assert "what to try" in "".join(last_markdown["source"]).lower()
+
+
+def variant(path, tmp_path, old, new):
+    """A copy of the notebook at ``path`` in ``tmp_path`` with ``old`` replaced by ``new`` in its code (once)."""
+    text = path.read_text()
+    encoded_old, encoded_new = json.dumps(old)[1:-1], json.dumps(new)[1:-1]
+    assert text.count(encoded_old) == 1, f"{path.name} no longer holds {old!r}"
+    copy = tmp_path / path.name
+    copy.write_text(text.replace(encoded_old, encoded_new))
+    return copy
+
+
+@pytest.mark.notebooks
+def test_notebook_01_last_cell_holds_with_the_default_zero_generator_as_what_to_try_suggests(tmp_path):
+    # "Build the DNI layer with its default generator ... and run the last cell again": its checks still hold.
+    path = NOTEBOOK_DIR / "01_gradient_argument.ipynb"
+    notebook, _ = execute(variant(path, tmp_path, ', generator=LinearGenerator(N_OUT, init="blog", seed=2)', ""),
+                          smoke=True)
+    printed = "".join(output.get("text", "") for output in notebook.cells[20].outputs)
+    assert "largest |ĝ| = 0.000; largest weight step 0.00e+00" in printed
