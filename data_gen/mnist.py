@@ -167,6 +167,7 @@ def prepare_mnist(data: MnistData, *, dtype: DTypeLike = np.float32, flatten: bo
     dtype = np.dtype(dtype)
     if dtype.kind != "f":
         raise TypeError(f"dtype must be a floating type such as np.float32; got {dtype}")
+    flatten = check_bool(flatten, "flatten")
 
     x_train, y_train = data.x_train, data.y_train
     if subset is not None:

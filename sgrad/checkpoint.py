@@ -8,17 +8,20 @@ A checkpoint holds
   batch norm's ``gamma``, ``beta``, ``running_mean`` and ``running_var``, and
   the same inside every block and generator, e.g. ``'1.generator.net.modules.2.weights'``;
 - any extra arrays the caller adds (a training loop's current batch order);
-- JSON metadata: the format and its version, then whatever the caller adds
-  (settings, step, the batch generator's state, the history so far).
+- JSON metadata: the format and its version, what made it (``code``: sgrad's
+  version and the digest of its source, :func:`made_by`), then whatever the
+  caller adds (settings, step, the batch generator's state, the history so far).
 
 Saving writes a temporary file beside the checkpoint and renames it over the
-old one, so an interrupted save leaves the previous checkpoint whole.
+old one, so an interrupted save leaves the previous checkpoint whole; the
+next save of that checkpoint removes what a killed one left behind.
 """
 
 import hashlib
 import json
 import os
 import pathlib
+import re
 import tempfile
 import zipfile
 from collections.abc import Callable
@@ -91,12 +94,20 @@ def save_checkpoint(path: PathLike, network: Network, *, metadata: dict | None =
 
     The file is written beside ``path`` under a temporary name and renamed over
     it only when complete: if the save fails or is interrupted, the previous
-    checkpoint at ``path`` is still there and whole.  Returns the path.
+    checkpoint at ``path`` is still there and whole.  The metadata also gets
+    ``code`` (:func:`made_by`).  ``extra`` arrays of Python objects are refused
+    with a TypeError before anything is written.  Returns the path.
     """
     path = pathlib.Path(path)
-    meta = {**(metadata or {}), "format": FORMAT, "format_version": FORMAT_VERSION}
+    meta = {**(metadata or {}), "code": made_by(), "format": FORMAT, "format_version": FORMAT_VERSION}
     payload = {_NETWORK + name: value for name, value in network_state(network).items()}
-    payload.update({_EXTRA + name: np.asarray(value) for name, value in (extra or {}).items()})
+    for name, value in (extra or {}).items():
+        array = np.asarray(value)
+        if array.dtype.hasobject:
+            raise TypeError(f"extra[{name!r}] holds Python objects (dtype {array.dtype}), which a checkpoint cannot "
+                            "store (loading it would run pickled code); pass arrays of numbers, and put "
+                            "other values into metadata as JSON")
+        payload[_EXTRA + name] = array
     payload[_METADATA] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
     return atomic_write(path, lambda file: _write_npz(file, payload))
 
@@ -105,11 +116,15 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> pathlib.P
     """Call ``write(file)`` on a temporary file beside ``path``, then rename it over ``path``.
 
     If ``write`` fails or the process is killed, the old file at ``path`` is
-    still there and whole: the rename is the only step that touches it.
+    still there and whole: the rename is the only step that touches it.  A
+    failed write removes its temporary file; one that a killed process left
+    (``.<name>.<8 random characters>.tmp``) is removed by the next call for
+    the same ``path``, so only one process should write a given path at a time.
     Makes the folder if needed; returns the path.
     """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as file:
@@ -121,6 +136,18 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> pathlib.P
         os.unlink(tmp)
         raise
     return path
+
+
+def _remove_stale_temporaries(path):
+    """Delete the temporary files of earlier writes of ``path`` that a killed process left, and no others."""
+    # tempfile.mkstemp names them prefix + 8 characters of [a-z0-9_] + suffix.
+    own = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
+    for entry in os.scandir(path.parent):
+        if own.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+            except FileNotFoundError:
+                pass
 
 
 def load_checkpoint(path: PathLike, network: Network | None = None) -> Checkpoint:
@@ -169,6 +196,29 @@ def fingerprint(*arrays: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def source_digest() -> str:
+    """A SHA-256 hex digest of sgrad's source as it is on disk now.
+
+    It covers every ``.py`` file of the sgrad package, read at call time:
+    ``sgrad/*.py`` (the library, its command line and its checkers) and
+    ``sgrad/experiments/*.py``, each with its path inside the package.  Any
+    edit to any of them, a comment included, gives another digest.
+    """
+    root = pathlib.Path(__file__).parent
+    digest = hashlib.sha256()
+    for source in sorted(root.rglob("*.py")):
+        digest.update(source.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(source.read_bytes())
+    return digest.hexdigest()
+
+
+def made_by() -> dict[str, str]:
+    """What makes a checkpoint now: ``{'sgrad_version': ..., 'source_digest': ...}`` (see :func:`source_digest`)."""
+    from . import __version__  # read at call time: the package has finished loading by then
+
+    return {"sgrad_version": __version__, "source_digest": source_digest()}
+
+
 def save_run(path: PathLike, network: Network, run: dict, *, step: int, rng: np.random.Generator, history: dict,
              loop: dict | None = None, extra: dict[str, np.ndarray] | None = None) -> pathlib.Path:
     """Checkpoint a training loop after ``step`` steps, so that :func:`resume_run` can carry it on.
@@ -187,7 +237,8 @@ def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: in
     """Carry on the run saved at ``path`` if it is this run: load ``network`` and ``rng`` and return the checkpoint.
 
     Returns None (training starts afresh, and ``progress`` is told why) if
-    there is no file, or it was saved by another run (``run`` differs), or it
+    there is no file, or it was saved by other code (another sgrad version or
+    source, see :func:`made_by`), or by another run (``run`` differs), or it
     is already past ``budget`` steps.  A damaged file raises :class:`CheckpointError`.
     The checkpoint's ``metadata`` holds ``step``, ``history`` and ``loop``.
     """
@@ -196,7 +247,11 @@ def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: in
     checkpoint = load_checkpoint(path)
     saved, expected = checkpoint.metadata.get("run"), json.loads(json.dumps(run))
     reason = None
-    if saved != expected:
+    code, ours = checkpoint.metadata.get("code"), made_by()
+    if code != ours:
+        reason = ("it was saved by other code (" + _code_differences(code, ours)
+                  + "), whose results would not be this code's")
+    elif saved != expected:
         reason = "it was saved with other settings or data (" + _differences(saved, expected) + ")"
     elif checkpoint.metadata["step"] > budget:
         reason = f"it is at step {checkpoint.metadata['step']}, past this run's {budget}"
@@ -207,6 +262,14 @@ def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: in
     load_network_state(network, checkpoint.network)
     rng.bit_generator.state = checkpoint.metadata["rng"]
     return checkpoint
+
+
+def _code_differences(code, ours):
+    if not isinstance(code, dict):
+        return "it records none: an older sgrad"
+    if code.get("sgrad_version") != ours["sgrad_version"]:
+        return f"sgrad {code.get('sgrad_version')} then, {ours['sgrad_version']} now"
+    return f"source digest {str(code.get('source_digest'))[:12]} then, {ours['source_digest'][:12]} now"
 
 
 def _differences(saved, expected):

@@ -13,15 +13,25 @@ because of a bug in the code it checks: an exception from that code
 What is checked, in the paper's notation (h = f(x W + b) a layer's output,
 ĝ = M(h, c) the synthetic gradient, alpha a learning rate):
 
-- ``check_layer_backward``: ``backward(dL/dh)`` against central differences.
+- ``check_layer_backward``: ``backward(dL/dh)`` against central differences
+  taken at the weights of the forward pass, which backward must not change;
+  dL/dz stored in ``weight_output_delta``.
 - ``check_dni_update``: ``forward_and_synthetic_update`` against one descent
   step ``W <- W - alpha * x.T @ (ĝ * f'(h))``, returning ``(ĝ * f'(h)) @ W.T``
   with the weights from before the step.
 - ``check_generator_update``: ``update_synthetic_weights(target)`` against one
   descent step on ``L_M = 1/(2 batch) * sum((ĝ - target)**2)``, returning L_M
   from before the step.
+
+The last two are homework on writing a step with arrays: a method written
+outside sgrad fails if it calls what would do the step for it
+(``self.backward``, ``self.update``, ``self.generator.update``).  The calls are
+seen by wrapping those methods on the checked object while it runs; a call
+through ``super().backward`` alone is not seen.  sgrad's own classes take the
+one public path, and pass.
 """
 
+import contextlib
 import copy
 import os
 import traceback
@@ -101,23 +111,37 @@ def gradient_check(layer: Any, x: ArrayLike, *, seed: int = 0, eps: float = 1e-6
     ``backward(output_delta)`` returns the input delta and fills the
     ``gradients`` dict, keyed as the ``parameters`` dict (float64 arrays).
     x: (batch, input_dim).  The loss is ``L = sum(h * R)`` with R drawn from
-    ``seed``, so ``dL/dh = R`` is what backward receives.  Every relative error
-    must be below 1e-6.
+    ``seed``, so ``dL/dh = R`` is what backward receives.  The central
+    differences are taken at the parameters of the forward pass, and backward
+    must leave those unchanged.  Every relative error must be below 1e-6.
     """
     def check():
-        gradients, _ = _gradients(layer, np.array(x, dtype=np.float64), seed, eps)
-        _report([(label, mine, theirs, ()) for label, (mine, theirs) in gradients.items()])
-        return ", ".join(f"{label} {relative_error(*pair):.1e}" for label, pair in gradients.items()) + (
+        backward = _run_backward(layer, np.array(x, dtype=np.float64), seed, eps)
+        _report_backward([(label, mine, theirs, ()) for label, (mine, theirs) in backward.gradients.items()],
+                         backward.changed)
+        return ", ".join(f"{label} {relative_error(*pair):.1e}" for label, pair in backward.gradients.items()) + (
             f": every relative error below {TOLERANCE:g}")
     return _result(f"gradient check of {type(layer).__name__}", check, raise_on_failure)
 
 
-def _gradients(layer, x, seed, eps):
-    """``{label: (from backward, from central differences)}`` for each parameter and the input, and R."""
+@dataclass
+class _Backward:
+    """One forward and backward of a checked layer: its output h, and dL/dh = R."""
+
+    gradients: dict[str, tuple[Any, np.ndarray]]  # {label: (from backward, from central differences)}
+    h: np.ndarray
+    R: np.ndarray
+    reference: Any  # a copy of the layer as the forward pass left it
+    changed: list[str]  # the parameters that backward changed
+
+
+def _run_backward(layer, x, seed, eps):
+    """Run forward and backward, and take central differences at the forward pass's parameters."""
     h = np.array(_run("forward()", layer.forward, x), dtype=np.float64)
+    reference = copy.deepcopy(layer)
     R = np.random.default_rng(seed).standard_normal(h.shape)
     input_delta = _run("backward()", layer.backward, R.copy())
-    parameters = layer.parameters
+    parameters = reference.parameters
     received = {name: _copy(layer.gradients.get(name)) for name in parameters}
     received["input"] = _copy(input_delta)
     for name, param in parameters.items():
@@ -126,11 +150,36 @@ def _gradients(layer, x, seed, eps):
                            "(build the layer with dtype=np.float64)")
 
     def loss():
-        return float(np.sum(layer.forward(x) * R))
+        return float(np.sum(reference.forward(x) * R))
 
     expected = {name: numerical_gradient(loss, param, eps) for name, param in parameters.items()}
     expected["input"] = numerical_gradient(loss, x, eps)
-    return {f"dL/d{name}": (received[name], expected[name]) for name in expected}, R
+    now = layer.parameters
+    changed = [name for name, param in parameters.items()
+               if not (np.shape(now.get(name)) == param.shape and np.array_equal(now.get(name), param))]
+    return _Backward({f"dL/d{name}": (received[name], expected[name]) for name in expected}, h, R, reference,
+                     changed)
+
+
+BACKWARD_STEPPED = (
+    "backward took a step",
+    "backward computes and stores the gradients at the weights the forward pass used, and leaves the "
+    "weights as they are; update() takes the step.")
+
+
+def _report_backward(checks, changed, where=""):
+    """As :func:`_report`, but first refuse a backward that changed the parameters, saying whether its gradients hold."""
+    if not changed:
+        _report(checks, where)
+        return
+    try:
+        _report(checks, where)
+        verdict = "Your gradients themselves are right (checked at the weights of the forward pass)."
+    except _Failure as failure:
+        verdict = f"Your gradients, checked at the weights of the forward pass:\n{failure}"
+    names = " and ".join(f"self.{name}" for name in changed)
+    raise _Failure(f"backward(){where} changed {names}: backward must not change the parameters.\n"
+                   f"Hint ({BACKWARD_STEPPED[0]}): {BACKWARD_STEPPED[1]}\n{verdict}")
 
 
 # --- Layer.backward --------------------------------------------------------------------------
@@ -139,6 +188,14 @@ MISSING_DERIVATIVE = (
     "missing nonlinearity derivative",
     "multiply output_delta by nonlin_deriv(self.output) first; that product, weight_output_delta = dL/dz, "
     "is what the weight, bias and input gradients are made of.")
+PRE_ACTIVATION = (
+    "f' evaluated at the pre-activation",
+    "nonlin_deriv takes the layer's output h, not the pre-activation z = input @ weights + bias: "
+    "call self.nonlin_deriv(self.output) (for tanh that gives 1 − h², which is f'(z)).")
+AT_F_OF_H = (
+    "f' evaluated at f(h)",
+    "you applied the nonlinearity to h once more before taking the derivative; nonlin_deriv takes the "
+    "output h as it is: self.nonlin_deriv(self.output).")
 TRANSPOSED = (
     "transposed weight gradient",
     "weights_grad must have the shape of weights, (input_dim, output_dim): "
@@ -147,10 +204,13 @@ WRONG_GRADIENT_SIGN = (
     "wrong sign",
     "yours is minus the gradient. backward returns the gradient itself; "
     "the minus sign of gradient descent belongs in update().")
+WEIGHT_OUTPUT_DELTA = "self.weight_output_delta"
 NOT_SET = {
     "dL/dweights": ("weights gradient not stored", "set self.weights_grad = input.T @ weight_output_delta."),
     "dL/dbias": ("bias gradient not stored", "set self.bias_grad, the sum of weight_output_delta over the batch."),
     "dL/dinput": ("nothing returned", "return the input delta, weight_output_delta @ weights.T."),
+    WEIGHT_OUTPUT_DELTA: ("dL/dz not stored", "store dL/dz = output_delta * self.nonlin_deriv(self.output) in "
+                          "self.weight_output_delta: the blog's name for it, which code after backward reads."),
 }
 AVERAGED = (
     "divided by the batch size",
@@ -163,68 +223,108 @@ def check_layer_backward(layer_factory_or_class: Callable[..., Any], *, seed: in
 
     ``layer_factory_or_class`` is a Layer subclass, or any function called as
     ``make(input_dim, output_dim, nonlin, seed=seed)`` that returns a layer.
-    Recognises a missing nonlinearity derivative, a transposed weight gradient,
-    a wrong sign and a gradient averaged over the batch.
+    backward must also store dL/dz in ``weight_output_delta``, and leave the
+    weights unchanged.  Recognises a missing nonlinearity derivative, one taken
+    at the pre-activation or at f(h), a transposed weight gradient, a wrong
+    sign and a gradient averaged over the batch.
     """
     def check():
         for nonlin, input_dim, output_dim in BACKWARD_CASES:
             layer = _run(f"{_name(layer_factory_or_class)}({input_dim}, {output_dim}, {nonlin!r}, seed={seed})",
                          layer_factory_or_class, input_dim, output_dim, nonlin, seed=seed)
             x = np.random.default_rng(seed + 1).standard_normal((BATCH, input_dim))
-            gradients, R = _gradients(layer, x, seed, eps=1e-6)
-            hints = _backward_mistakes(layer, x, R)
-            _report([(label, mine, theirs, hints.get(label, ())) for label, (mine, theirs) in gradients.items()],
-                    where=f" ({nonlin} layer, {input_dim} → {output_dim})")
+            backward = _run_backward(layer, x, seed, eps=1e-6)
+            reference = backward.reference
+            hints = _backward_mistakes(reference, x, backward.R)
+            checks = [(label, mine, theirs, hints[label]) for label, (mine, theirs) in backward.gradients.items()]
+            checks.append((WEIGHT_OUTPUT_DELTA, _copy(getattr(layer, "weight_output_delta", None)),
+                           backward.R * reference.nonlin_deriv(backward.h), hints[WEIGHT_OUTPUT_DELTA]))
+            _report_backward(checks, backward.changed, where=f" ({nonlin} layer, {input_dim} → {output_dim})")
         cases = ", ".join(f"{nonlin} {i} → {o}" for nonlin, i, o in BACKWARD_CASES)
-        return f"{cases}: weights, bias and input gradients all within {TOLERANCE:g} of central differences"
+        return (f"{cases}: weights, bias and input gradients, and weight_output_delta, all within {TOLERANCE:g} "
+                "of central differences")
     return _result("Layer.backward", check, raise_on_failure)
 
 
 def _backward_mistakes(layer, x, R):
-    """For each gradient, the wrong answers that the usual mistakes give for dL/dh = R, with their hints."""
+    """For each quantity, the wrong answers that the usual mistakes give for dL/dh = R, with their hints."""
     weights = layer.parameters["weights"]
-    dz = R * layer.nonlin_deriv(kernels.dense_forward(x, weights, layer.parameters.get("bias"), layer.nonlin))
-    right = {"dL/dweights": x.T @ dz, "dL/dbias": dz.sum(axis=0), "dL/dinput": dz @ weights.T}
-    no_derivative = {"dL/dweights": x.T @ R, "dL/dbias": R.sum(axis=0), "dL/dinput": R @ weights.T}
-    mistakes = {label: [(None, NOT_SET[label]), (-value, WRONG_GRADIENT_SIGN), (value / x.shape[0], AVERAGED),
-                        (no_derivative[label], MISSING_DERIVATIVE)] for label, value in right.items()}
-    weights_grads = (right["dL/dweights"], no_derivative["dL/dweights"])
-    mistakes["dL/dweights"] += [(value.T, TRANSPOSED) for value in weights_grads]
+    z = kernels.linear_forward(x, weights, layer.parameters.get("bias"))
+    h = layer.nonlin(z)
+
+    def made_of(dz):  # every quantity backward gives, from dL/dz
+        return {"dL/dweights": x.T @ dz, "dL/dbias": dz.sum(axis=0), "dL/dinput": dz @ weights.T,
+                WEIGHT_OUTPUT_DELTA: dz}
+
+    right = made_of(R * layer.nonlin_deriv(h))
+    wrong = [(made_of(R), MISSING_DERIVATIVE), (made_of(R * layer.nonlin_deriv(z)), PRE_ACTIVATION),
+             (made_of(R * layer.nonlin_deriv(layer.nonlin(h))), AT_F_OF_H)]
+    mistakes = {label: [(None, NOT_SET[label]), (-value, WRONG_GRADIENT_SIGN), (value / x.shape[0], AVERAGED)]
+                + [(values[label], hint) for values, hint in wrong] for label, value in right.items()}
+    mistakes["dL/dweights"] += [(values["dL/dweights"].T, TRANSPOSED) for values in (right, wrong[0][0])]
     return mistakes
 
 
 # --- DNI.forward_and_synthetic_update --------------------------------------------------------
 
-WRONG_UPDATE_SIGN = (
-    "wrong update sign",
-    "your weights moved by +alpha · input.T @ (ĝ * f'(h)), uphill (the blog post's bug); "
-    "subtract the step to descend.")
 DNI_MISSING_DERIVATIVE = (
     "missing nonlinearity derivative",
     "the step is built from ĝ * f'(h), with f'(h) = self.nonlin_deriv(output); you used ĝ alone.")
-SIGN_AND_DERIVATIVE = (
-    "wrong update sign and missing nonlinearity derivative",
-    "subtract alpha · input.T @ (ĝ * f'(h)); you added alpha · input.T @ ĝ.")
-NO_STEP = (
-    "no step taken",
-    "the weights did not change: subtract alpha · input.T @ (ĝ * f'(h)) from self.weights "
-    "(and its sum over the batch from self.bias).")
+WRONG_UPDATE_SIGN = {
+    "weights": ("wrong update sign",
+                "your weights moved by +alpha · input.T @ (ĝ * f'(h)), uphill (the blog post's bug); "
+                "subtract the step to descend."),
+    "bias": ("wrong update sign",
+             "self.bias moved by +alpha · Σ over the batch of ĝ * f'(h), uphill; subtract it, "
+             "as for the weights."),
+}
+NO_STEP = {
+    "weights": ("no step taken",
+                "self.weights did not change: subtract alpha · input.T @ (ĝ * f'(h)) from it."),
+    "bias": ("bias forgotten",
+             "self.bias did not change: subtract alpha · Σ over the batch of ĝ * f'(h) from it, "
+             "as from the weights."),
+}
+STEP_DIVIDED = {
+    "by the batch size": (
+        "step divided by the batch size",
+        "a layer's step sums over the batch, W ← W − alpha · input.T @ (ĝ * f'(h)), as backward does: ĝ, "
+        "like a true gradient, already carries the scale of the loss. Do not divide by the batch size."),
+    "twice": (
+        "step divided by the batch size twice",
+        "yours is divided by batch²; a layer's step sums over the batch, with no division at all."),
+    "by every entry": (
+        "step divided by batch × width",
+        "yours is divided by batch · output_dim, as a mean over every entry of ĝ would be; a layer's step "
+        "sums over the batch, with no division at all."),
+}
 LAYER_USED_GENERATOR_ALPHA = (
     "wrong learning rate",
     "the layer steps with self.alpha; self.generator_alpha is the generator's.")
 POST_UPDATE_DELTA = (
     "a delta computed with the post-update weights",
-    "compute input_delta = (ĝ * f'(h)) @ weights.T before you change the weights, as backprop would "
-    "(the blog post computes it after).")
+    "compute input_delta = (ĝ * f'(h)) @ self.weights.T before you change the weights, as backprop would "
+    "(the blog post computes it after). Taking W = self.weights or self.weights.T first is not enough: "
+    "that is a view of the same memory, and the in-place -= changes it too. Compute the product "
+    "before the step, or keep a .copy() of the weights.")
 WRONG_DELTA_SIGN = (
     "wrong sign",
     "the delta passed down is (ĝ * f'(h)) @ weights.T, with no minus sign.")
+DELTA_TIMES_ALPHA = (
+    "delta scaled by the learning rate",
+    "the delta passed down is (ĝ * f'(h)) @ weights.T, not multiplied by alpha or by −alpha: the layer "
+    "below regresses its ĝ onto it, so it must be a gradient. alpha scales only the step on the weights "
+    "and the bias.")
 DNI_LABELS = {"output": "the returned output", "synthetic_gradient": "self.synthetic_gradient",
               "weights": "self.weights", "bias": "self.bias", "input_delta": "the returned input_delta"}
 NO_SYNTHETIC_GRADIENT = (
     "ĝ not stored",
     "store ĝ = self.generator.forward(output, condition) in self.synthetic_gradient; "
     "update_synthetic_weights() needs it.")
+FORBIDDEN_IN_STEP = (
+    "a forbidden call",
+    "they would do the exercise for you. Write the step with arrays: δ = ĝ * f'(h), "
+    "input_delta = δ @ self.weights.T, then self.weights -= ... and self.bias -= ....")
 
 
 def check_dni_update(dni_class_or_factory: Callable[..., Any], *, seed: int = 0,
@@ -242,21 +342,30 @@ def check_dni_update(dni_class_or_factory: Callable[..., Any], *, seed: int = 0,
 
     ``dni_class_or_factory`` is a DNI subclass or any function called as
     ``make(input_dim, output_dim, nonlin, alpha=..., condition_dim=...,
-    generator_alpha=..., generator_init='blog', seed=...)``.  Recognises the
-    wrong update sign (the blog post's), a missing nonlinearity derivative and
-    a delta computed with the post-update weights.
+    generator_alpha=..., generator_init='blog', seed=...)``.  A step written
+    outside sgrad must not call ``self.backward`` or ``self.update``.
+    Recognises the wrong update sign (the blog post's), on the weights or the
+    bias alone, a missing nonlinearity derivative or one taken at the
+    pre-activation or at f(h), a step divided by the batch size, a forgotten
+    bias, a delta scaled by ±alpha and a delta computed with the post-update
+    weights (the blog post's, or through a view of them).
     """
     def check():
         for layer, x, c, _, (nonlin, input_dim, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
+            where = f" ({nonlin} DNI, {input_dim} → {output_dim}{', conditioned' if condition_dim else ''})"
             expected, mistakes, dz = _reference_dni_step(layer, x, c)
-            returned = _run("forward_and_synthetic_update()", layer.forward_and_synthetic_update, x.copy(), c)
+            watched = [] if _defined_in_sgrad(layer, "forward_and_synthetic_update") else [
+                (layer, "backward", "self.backward()"), (layer, "update", "self.update()"),
+                (getattr(layer, "update_rule", None), "step", "the parent class's update()")]
+            with _watching(watched) as calls:
+                returned = _run("forward_and_synthetic_update()", layer.forward_and_synthetic_update, x.copy(), c)
+            _refuse_calls("forward_and_synthetic_update()", calls, FORBIDDEN_IN_STEP)
             input_delta, output = _delta_and_output(returned, expected)
             received = {"output": output, "synthetic_gradient": layer.synthetic_gradient,
                         "weights": layer.weights, "bias": layer.bias, "input_delta": input_delta}
             mistakes["input_delta"] += _post_update_deltas(dz, expected["weights"], layer.weights)
-            conditioned = ", conditioned" if condition_dim else ""
             _report([(DNI_LABELS[name], value, expected[name], mistakes[name]) for name, value in received.items()],
-                    where=f" ({nonlin} DNI, {input_dim} → {output_dim}{conditioned})")
+                    where=where)
         return ("plain and conditioned DNI: output, ĝ, weights, bias and input_delta all match one descent step "
                 "on ĝ, with the delta from the pre-update weights")
     return _result("DNI.forward_and_synthetic_update", check, raise_on_failure)
@@ -282,26 +391,37 @@ def _build_dni(make, nonlin, input_dim, output_dim, condition_dim, seed):
 def _reference_dni_step(layer, x, c):
     """What one DNI step should leave (by the formulas), and the wrong answers of the usual mistakes."""
     W, b = layer.weights.copy(), layer.bias.copy()
-    h = kernels.dense_forward(x, W, b, layer.nonlin)
+    z = kernels.linear_forward(x, W, b)
+    h = layer.nonlin(z)
     g_hat = layer.generator.predict(h, c)
     if not np.any(g_hat):
         raise _Failure("this check needs a generator with non-zero weights, so that ĝ is not zero: "
                        "build the layer with generator_init='blog'")
     dz = g_hat * layer.nonlin_deriv(h)
+    alpha = layer.alpha
     expected = {"output": h, "synthetic_gradient": g_hat, "input_delta": dz @ W.T,
-                "weights": W - layer.alpha * x.T @ dz, "bias": b - layer.alpha * dz.sum(axis=0)}
-
-    def stepped(start, step, alpha=layer.alpha):  # the weights and bias after a descent step with dL/dz = step
-        return {"weights": start["weights"] - alpha * x.T @ step,
-                "bias": start["bias"] - alpha * step.sum(axis=0)}
-
-    before = {"weights": W, "bias": b}
-    wrong = [(stepped(before, -dz), WRONG_UPDATE_SIGN), (before, NO_STEP),
-             (stepped(before, g_hat), DNI_MISSING_DERIVATIVE), (stepped(before, -g_hat), SIGN_AND_DERIVATIVE)]
-    if layer.generator_alpha != layer.alpha:
-        wrong.append((stepped(before, dz, layer.generator_alpha), LAYER_USED_GENERATOR_ALPHA))
-    mistakes = {name: [(values[name], hint) for values, hint in wrong] for name in before}
-    mistakes["input_delta"] = [(g_hat @ W.T, DNI_MISSING_DERIVATIVE), (-dz @ W.T, WRONG_DELTA_SIGN)]
+                "weights": W - alpha * x.T @ dz, "bias": b - alpha * dz.sum(axis=0)}
+    # δ as the usual mistakes make it, and the factors by which they scale the step
+    deltas = [(dz, None), (g_hat, DNI_MISSING_DERIVATIVE), (g_hat * layer.nonlin_deriv(z), PRE_ACTIVATION),
+              (g_hat * layer.nonlin_deriv(layer.nonlin(h)), AT_F_OF_H)]
+    batch, width = h.shape
+    scales = [(1.0, None), (1 / batch, STEP_DIVIDED["by the batch size"]), (1 / batch**2, STEP_DIVIDED["twice"]),
+              (1 / (batch * width), STEP_DIVIDED["by every entry"])]
+    if layer.generator_alpha != alpha:
+        scales.append((layer.generator_alpha / alpha, LAYER_USED_GENERATOR_ALPHA))
+    steps = {"weights": (W, lambda delta: x.T @ delta), "bias": (b, lambda delta: delta.sum(axis=0))}
+    mistakes = {}
+    for name, (start, step) in steps.items():
+        mistakes[name] = [(start, NO_STEP[name])] + [
+            (start - sign * scale * alpha * step(delta), hint)
+            for delta, delta_hint in deltas for scale, scale_hint in scales
+            for sign, sign_hint in ((1, None), (-1, WRONG_UPDATE_SIGN[name]))
+            if (hint := _combine(delta_hint, scale_hint, sign_hint))]
+    mistakes["input_delta"] = [
+        (factor * delta @ W.T, hint) for delta, delta_hint in deltas
+        for factor, factor_hint in ((1, None), (-1, WRONG_DELTA_SIGN), (alpha, DELTA_TIMES_ALPHA),
+                                    (-alpha, DELTA_TIMES_ALPHA))
+        if (hint := _combine(delta_hint, factor_hint))]
     mistakes["synthetic_gradient"] = [(None, NO_SYNTHETIC_GRADIENT)]
     mistakes["output"] = []
     return expected, mistakes, dz
@@ -328,17 +448,43 @@ def _delta_and_output(returned, expected):
 
 # --- DNI.update_synthetic_weights ------------------------------------------------------------
 
-GENERATOR_WRONG_SIGN = (
-    "wrong update sign",
-    "your generator moved away from the target you were given (the blog post's bug): "
-    "subtract generator_alpha · dL_M/d(parameter).")
-GENERATOR_NO_STEP = (
-    "a generator that did not move",
-    "its parameters did not change: it took no step, or it was trained towards its own prediction ĝ, "
-    "not towards the target you were given.")
-NOT_DIVIDED_BY_BATCH = (
-    "step not divided by the batch size",
-    "L_M = 1/(2 batch) · Σ(ĝ - target)², so dL_M/dĝ = (ĝ - target) / batch.")
+GENERATOR_WRONG_SIGN = {
+    "weights": ("wrong update sign",
+                "your generator moved away from the target you were given (the blog post's bug): "
+                "subtract generator_alpha · dL_M/d(parameter)."),
+    "bias": ("wrong update sign",
+             "self.generator.bias moved away from the target you were given: subtract "
+             "generator_alpha · dL_M/db_M, as for the weights."),
+}
+GENERATOR_NO_STEP = {
+    "weights": ("a generator that did not move",
+                "its parameters did not change: it took no step, or it was trained towards its own prediction ĝ, "
+                "not towards the target you were given."),
+    "bias": ("bias forgotten",
+             "self.generator.bias did not change: step it with generator_alpha · dL_M/db_M, as the weights."),
+}
+GENERATOR_STEP_SCALED = {
+    "not divided": ("step not divided by the batch size",
+                    "L_M divides by the batch size, so its gradients do too: your step is batch times too large."),
+    "twice": ("step divided by the batch size twice",
+              "L_M has one 1/batch, so its gradients have one: your step is batch times too small."),
+    "by every entry": ("step divided by batch × width",
+                       "L_M = 1/(2 batch) · Σ(ĝ - target)² divides by the batch size alone, not by "
+                       "batch · output_dim as a mean over every entry of ĝ would."),
+    "halved": ("half the step",
+               "the derivative of ½ (ĝ - target)² is ĝ - target: the 2 of the square cancels the ½."),
+    "doubled": ("twice the step",
+                "the derivative of ½ (ĝ - target)² is ĝ - target: the ½ of L_M cancels the 2 of the square."),
+}
+GENERATOR_TRANSPOSED = (
+    "transposed weight gradient",
+    "dL_M/dW_M must have the shape of M.weights, (output_dim + condition_dim, output_dim): [h, c] "
+    "(M.input) transposed, times dL_M/dĝ, not the other way round.")
+CONDITION_DROPPED = (
+    "the condition left out",
+    "the generator's input is [h, c], h with the condition appended: M.input, of shape "
+    "(batch, output_dim + condition_dim), and M.weights has a row for each of its columns. Use M.input, "
+    "not h (self.output) alone, and step every row.")
 GENERATOR_USED_ALPHA = (
     "wrong learning rate",
     "the generator steps with self.generator_alpha; self.alpha is the layer's.")
@@ -357,6 +503,10 @@ LOSS_WITHOUT_HALF = ("missing 1/2", "L_M = 1/(2 batch) · Σ(ĝ - target)².")
 LOSS_NOT_DIVIDED = ("loss not divided by the batch size", "L_M = 1/(2 batch) · Σ(ĝ - target)².")
 LOSS_MEAN_OF_ALL = ("loss divided by every entry",
                     "L_M = 1/(2 batch) · Σ(ĝ - target)² divides by batch, not by batch · output_dim.")
+FORBIDDEN_IN_GENERATOR_STEP = (
+    "a forbidden call",
+    "it would do the exercise for you. Derive dL_M/dW_M and dL_M/db_M, and step M.weights and M.bias "
+    "with arrays.")
 
 
 def check_generator_update(dni_class_or_factory: Callable[..., Any], *, seed: int = 0,
@@ -367,24 +517,39 @@ def check_generator_update(dni_class_or_factory: Callable[..., Any], *, seed: in
     that only the generator update is graded), the generator must take one
     descent step, with ``generator_alpha``, on
     ``L_M = 1/(2 batch) * sum((ĝ - target)**2)`` and return L_M from before
-    the step.  Builds the layers as :func:`check_dni_update` does.  Recognises
-    the wrong update sign and a generator trained towards something other than
-    the target it was given (-target, zero, its own prediction, ...).
+    the step.  Builds the layers as :func:`check_dni_update` does.  An update
+    written outside sgrad must not call ``self.generator.update``.  Recognises
+    the wrong update sign (on the bias alone too), a forgotten bias, a step
+    not divided by the batch size, divided twice or by batch × width, halved or doubled, a
+    transposed weight gradient, the condition left out of the generator's
+    input, and a generator trained towards something other than the target it
+    was given (-target, zero, its own prediction, ...).
     """
     def check():
         for layer, x, c, rng, (nonlin, _, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
+            where = f" ({nonlin} DNI, {output_dim} outputs{', conditioned' if condition_dim else ''})"
             target = rng.standard_normal((BATCH, output_dim))
             if isinstance(layer, DNI):  # sgrad's own step, so that this check grades the generator update alone
                 _run("DNI.forward_and_synthetic_update()", DNI.forward_and_synthetic_update, layer, x, c)
             else:
                 _run("forward_and_synthetic_update()", layer.forward_and_synthetic_update, x, c)
             expected, mistakes = _reference_generator_step(layer, target, c)
-            loss = _run("update_synthetic_weights()", layer.update_synthetic_weights, target.copy())
+            watched = [] if _defined_in_sgrad(layer, "update_synthetic_weights") else [
+                (layer.generator, "update", "self.generator.update()"),
+                (getattr(layer.generator, "net", None), "update", "self.generator.net.update()")]
+            try:
+                with _watching(watched) as calls:
+                    loss = _run("update_synthetic_weights()", layer.update_synthetic_weights, target.copy())
+            except _Raised as failure:
+                if condition_dim and isinstance(failure.error, ValueError):  # the plain case has passed
+                    raise _Failure(f"{failure}\nThe plain DNI passed; only the conditioned one fails.\n"
+                                   f"Hint ({CONDITION_DROPPED[0]}): {CONDITION_DROPPED[1]}") from None
+                raise
+            _refuse_calls("update_synthetic_weights()", calls, FORBIDDEN_IN_GENERATOR_STEP)
             received = {f"self.generator.{name}": param for name, param in layer.generator.parameters.items()}
             received["the returned loss L_M"] = loss
-            conditioned = ", conditioned" if condition_dim else ""
             _report([(label, value, expected[label], mistakes[label]) for label, value in received.items()],
-                    where=f" ({nonlin} DNI, {output_dim} outputs{conditioned})")
+                    where=where)
         return ("plain and conditioned generator: one descent step on L_M towards the target, "
                 "and L_M from before the step returned")
     return _result("DNI.update_synthetic_weights", check, raise_on_failure)
@@ -404,17 +569,30 @@ def _reference_generator_step(layer, target, c):
         moved = stepped(towards).parameters
         return {name: start[name] + scale * (moved[name] - start[name]) for name in start}
 
-    wrong = [(after(target, -1.0), GENERATOR_WRONG_SIGN), (start, GENERATOR_NO_STEP),
-             (after(target, BATCH), NOT_DIVIDED_BY_BATCH)]
+    right = after(target)
+    scaled = [(BATCH, GENERATOR_STEP_SCALED["not divided"]), (1 / BATCH, GENERATOR_STEP_SCALED["twice"]),
+              (1 / target.shape[1], GENERATOR_STEP_SCALED["by every entry"]), (0.5, GENERATOR_STEP_SCALED["halved"]),
+              (2.0, GENERATOR_STEP_SCALED["doubled"])]
     if layer.generator_alpha != layer.alpha:
-        wrong.append((after(target, layer.alpha / layer.generator_alpha), GENERATOR_USED_ALPHA))
+        scaled.append((layer.alpha / layer.generator_alpha, GENERATOR_USED_ALPHA))
+    wrong = [(after(target, scale), hint) for scale, hint in scaled]
     for towards, make_target in WRONG_TARGETS.items():
         wrong.append((after(make_target(layer, target)), (
             "a generator trained towards the wrong target",
             f"your generator moved towards {towards}, not towards the target you were given; "
             "its error is ĝ - target.")))
-    expected = {f"self.generator.{name}": value for name, value in after(target).items()}
-    mistakes = {f"self.generator.{name}": [(values[name], hint) for values, hint in wrong] for name in start}
+    expected = {f"self.generator.{name}": value for name, value in right.items()}
+    mistakes = {f"self.generator.{name}": [(start[name], GENERATOR_NO_STEP.get(name, GENERATOR_NO_STEP["weights"])),
+                                           (after(target, -1.0)[name],
+                                            GENERATOR_WRONG_SIGN.get(name, GENERATOR_WRONG_SIGN["weights"]))]
+                + [(values[name], hint) for values, hint in wrong] for name in start}
+    if "weights" in start:
+        W, step = start["weights"], right["weights"] - start["weights"]
+        if step.shape[0] == step.shape[1]:
+            mistakes["self.generator.weights"].append((W + step.T, GENERATOR_TRANSPOSED))
+        if step.shape[0] > target.shape[1]:  # a conditioned generator: the rows of c did not move
+            mistakes["self.generator.weights"].append(
+                (np.concatenate([right["weights"][:target.shape[1]], W[target.shape[1]:]]), CONDITION_DROPPED))
 
     loss = regression_loss(layer.synthetic_gradient, target)[0]
     loss_after = regression_loss(stepped(target).predict(layer.output, c), target)[0]
@@ -425,11 +603,71 @@ def _reference_generator_step(layer, target, c):
     return expected, mistakes
 
 
+# --- calls that an exercise forbids --------------------------------------------------------------
+
+
+def _defined_in_sgrad(obj, method):
+    """Whether ``obj``'s ``method`` is sgrad's own: sgrad's reference steps take the one public path."""
+    for cls in type(obj).__mro__:
+        if method in vars(cls):
+            return cls.__module__.split(".")[0] == __name__.split(".")[0]
+    return False
+
+
+@contextlib.contextmanager
+def _watching(watched):
+    """Log each call of the ``(object, method name, label)`` triples while the block runs; yields the log.
+
+    The calls still happen (the checked code runs as written); the wrappers are instance attributes of
+    the objects, removed when the block ends.
+    """
+    calls = []
+    installed = []
+    for owner, name, label in watched:
+        method = getattr(owner, name, None)
+        own = getattr(owner, "__dict__", None)
+        if not callable(method) or own is None or name in own:  # nothing to watch, or no room for a wrapper
+            continue
+
+        def logged(*args, _method=method, _label=label, **kwargs):
+            calls.append(_label)
+            return _method(*args, **kwargs)
+
+        setattr(owner, name, logged)
+        installed.append((owner, name))
+    try:
+        yield calls
+    finally:
+        for owner, name in installed:
+            delattr(owner, name)
+
+
+# A watched call made by another one (self.update() steps through the update rule): named only alone.
+REACHED_THROUGH = {"the parent class's update()": "self.update()",
+                   "self.generator.net.update()": "self.generator.update()"}
+
+
+def _refuse_calls(what, calls, hint):
+    """Fail, naming the forbidden methods that ``what`` called (in the order of their first call)."""
+    named = [label for label in dict.fromkeys(calls) if REACHED_THROUGH.get(label) not in calls]
+    if named:
+        raise _Failure(f"{what} called {' and '.join(named)}, which this exercise forbids.\n"
+                       f"Hint ({hint[0]}): {hint[1]}")
+
+
 # --- running the checked code and reporting --------------------------------------------------
 
 
 class _Failure(Exception):
     """Ends a check early; its text is the message for the student."""
+
+
+class _Raised(_Failure):
+    """A failure because the checked code raised ``error``."""
+
+    def __init__(self, message, error):
+        super().__init__(message)
+        self.error = error
 
 
 def _result(name, check, raise_on_failure):
@@ -453,7 +691,7 @@ def _run(what, function, *args, **kwargs):
     except NotImplementedError:
         raise _Failure(f"not implemented yet: fill in {what}") from None
     except Exception as error:
-        raise _Failure(f"{what} raised {type(error).__name__}: {error}{_where(error)}") from None
+        raise _Raised(f"{what} raised {type(error).__name__}: {error}{_where(error)}", error) from None
 
 
 _LIBRARIES = tuple(os.path.dirname(str(module.__file__)) + os.sep for module in (kernels, np))
@@ -506,6 +744,14 @@ def _mismatch(received, expected):
     if not error < TOLERANCE:  # also catches NaN
         return f"is wrong: relative error {error:.2g} (expected < {TOLERANCE:g})"
     return None
+
+
+def _combine(*hints):
+    """One hint naming every mistake in ``hints`` (None entries skipped), or None if there are none."""
+    hints = [hint for hint in hints if hint]
+    if not hints:
+        return None
+    return " and ".join(name for name, _ in hints), " Also: ".join(advice for _, advice in hints)
 
 
 def _matches(received, candidate):

@@ -1,10 +1,15 @@
 """The ``sgrad`` command line.
 
 ``sgrad compare`` trains backprop, no-bprop, DNI and cDNI side by side on binary addition;
-``sgrad paper`` runs the paper's MNIST experiments over methods and depths.
+``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
+``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.grading`).
+
+Every argument is checked before any work starts.  Ctrl-C ends a command with one
+line and exit status 130; the checkpoints make a rerun carry on.
 """
 
 import argparse
+import pathlib
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -12,8 +17,9 @@ from typing import NoReturn
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
-from .experiments.loop import DTYPES
-from .experiments.mnist import GENERATORS, PAPER_METHODS, PaperConfig, run_grid
+from . import grading
+from .experiments.loop import CHECKPOINT_FOLDER, DTYPES, check_out_dir
+from .experiments.mnist import GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
 from .experiments.mnist import results_table as paper_table
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
@@ -21,6 +27,10 @@ from .validation import check_integer, check_number
 
 DEFAULTS = TrainConfig()
 PAPER_DEFAULTS = PaperConfig()
+DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by side on binary addition; "
+               "sgrad paper runs the paper's MNIST experiments over methods and depths; "
+               "sgrad grade checks a student's homework notebook.")
+INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 
 
 def print_progress(line: str) -> None:
@@ -66,11 +76,15 @@ def _bits(text):
     return value
 
 
-def _widths(text):
+def _whole_numbers(text, what, example, minimum):
     parts = text.split(",")
-    if not all(part.strip().isdigit() and int(part) > 0 for part in parts):
-        raise argparse.ArgumentTypeError(f"expected comma-separated positive widths such as 128,64; got {text!r}")
+    if not all(part.strip().isdigit() and int(part) >= minimum for part in parts):
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what} such as {example}; got {text!r}")
     return tuple(int(part) for part in parts)
+
+
+def _widths(text):
+    return _whole_numbers(text, "positive widths", "128,64", 1)
 
 
 def _subset_of(choices):
@@ -83,14 +97,22 @@ def _subset_of(choices):
 
 
 def _depths(text):
-    widths = _widths(text)
-    if min(widths) < 2:
-        raise argparse.ArgumentTypeError(f"every depth must be at least 2 (a hidden block and the top); got {text!r}")
-    return widths
+    return _whole_numbers(text, "depths of at least 2 (a hidden block and the top)", "3,4,5,6", 2)
+
+
+def _mnist_path(text):
+    from data_gen.mnist import DATA_DIR_VARIABLE, FILENAME  # here: `sgrad compare` needs no MNIST loader
+
+    path = pathlib.Path(text).expanduser()
+    if not (path / FILENAME if path.is_dir() else path).is_file():
+        raise argparse.ArgumentTypeError(
+            f"no {FILENAME} at {text}; give the path of the archive or of a folder holding it, or leave --data out "
+            f"to use ${DATA_DIR_VARIABLE}, then the cache, then a download")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="sgrad", description=__doc__)
+    parser = _Parser(prog="sgrad", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     cmp = commands.add_parser(
         "compare", help="compare backprop, no-bprop, DNI and cDNI on binary addition",
@@ -164,30 +186,49 @@ def build_parser() -> argparse.ArgumentParser:
                      help="train on this many examples drawn with --seed (default: all 60000)")
     pap.add_argument("--no-verify", action="store_true",
                      help="accept an archive in the mnist.npz layout that is not the real MNIST (no hash check)")
-    pap.add_argument("--dtype", choices=DTYPES, default=PAPER_DEFAULTS.dtype)
+    pap.add_argument("--dtype", choices=DTYPES, default=PAPER_DEFAULTS.dtype,
+                     help=f"the networks' and the images' float type (default {PAPER_DEFAULTS.dtype})")
     pap.add_argument("--seed", type=_int_at_least(0), default=0, help="fixes weights, generators and batches (default 0)")
-    pap.add_argument("--data", default=None,
+    pap.add_argument("--data", type=_mnist_path, default=None,
                      help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
     pap.add_argument("--out", default="results/paper", help="output and cache folder (default results/paper)")
     pap.add_argument("--checkpoint-every", type=_int_at_least(0), default=500, metavar="ITERATIONS",
                      help="save the running cell's state in --out/checkpoints every ITERATIONS iterations, so an "
                           "interrupted cell carries on from there (default 500; 0: no checkpoints)")
     pap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+    grading.add_arguments(commands.add_parser(
+        "grade", help="run a student's homework notebook and check each exercise",
+        description=grading.DESCRIPTION))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    command, written = ((_paper, "results.md, paper.png and histories.json") if args.command == "paper"
-                        else (_compare, "history.json, compare.png and results.md"))
     try:
+        if args.command == "grade":
+            return grading.run(args, prog="sgrad grade")
+        command, written = ((_paper, "results.md, paper.png and histories.json") if args.command == "paper"
+                            else (_compare, "history.json, compare.png and results.md"))
+        check_out_dir(args.out, "--out")
         table = command(args)
     except (ValueError, TypeError, OSError) as error:
         parser.exit(2, f"sgrad {args.command}: error: {error}\n")
+    except KeyboardInterrupt:
+        parser.exit(INTERRUPTED, f"sgrad {args.command}: interrupted; {_after_interrupt(args)}\n")
     print(table)
     print(f"wrote {args.out}/{written}", file=sys.stderr)
     return 0
+
+
+def _after_interrupt(args: argparse.Namespace) -> str:
+    """What a rerun of the interrupted command would do."""
+    if args.command == "grade":
+        return "nothing was graded; the notebook is as it was"
+    if args.checkpoint_every:
+        return f"rerun the same command to resume from the checkpoints in {pathlib.Path(args.out, CHECKPOINT_FOLDER)}"
+    return "no checkpoints were kept (--checkpoint-every 0)"
 
 
 def _compare(args: argparse.Namespace) -> str:
@@ -202,13 +243,16 @@ def _compare(args: argparse.Namespace) -> str:
 
 
 def _paper(args: argparse.Namespace) -> str:
-    from data_gen.mnist import load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
+    from data_gen.mnist import IMAGE_SHAPE, load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
     config = PaperConfig(
         iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
         batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=args.generator_hidden,
         generator_batchnorm=not args.no_generator_batchnorm, alpha=args.lr, generator_alpha=args.generator_lr,
         eval_every=args.eval_every, dtype=args.dtype, seed=args.seed)
+    # Before MNIST is loaded (or downloaded); run_grid checks again against the data it gets.
+    check_grid(args.methods, args.depths, config, input_dim=IMAGE_SHAPE[0] * IMAGE_SHAPE[1],
+               train_examples=args.train_subset, checkpoint_every=args.checkpoint_every or None)
     data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
                          seed=args.seed if args.train_subset else None)
     results = run_grid(tuple(data), methods=args.methods, depths=args.depths, config=config, out_dir=args.out,

@@ -38,21 +38,60 @@ def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.nda
     condition_dim) for a conditioned generator, else None.  δ is ĝ
     backpropagated through the module with its pre-update parameters
     (``input_delta=False`` skips it and returns None, for a module whose input
-    is data).  The input, the condition and the batch size are checked before
-    anything changes; a ĝ that does not fit h is refused before the module
-    descends on it.
+    is data).
+
+    The input, the condition and the batch size are checked before anything
+    changes.  ĝ can only be checked once the module's forward pass has made h,
+    so ĝ of another shape or dtype than h, or holding NaN or inf, is refused
+    after steps 1 and 2 but before the backward pass and the update; so is
+    any error raised by either forward pass.  Module and generator are then
+    put back as they were: every attribute of every module in their trees
+    (:meth:`~sgrad.module.Module.submodules`) is bound again to what it held,
+    which restores the caches (input, output, ĝ, flags), and the buffers that
+    a forward pass changes in place (batch norm's running statistics) get
+    their values back.  Parameters and update-rule states need nothing, as
+    nothing has stepped yet.  Not restored: arrays that a user's own module or
+    generator changes in place without listing them in ``buffers()``.
     """
+    input_delta = validation.check_bool(input_delta, "input_delta")
     if isinstance(x, np.ndarray) and x.ndim == 2:  # else module.forward says what is wrong with x
         validation.check_condition(condition, generator.condition_dim, x.shape[0], "this DNI")
         for part in (module, generator):
             if isinstance(part, Module):
                 part.check_batch_size(x.shape[0])
-    h = module.forward(x)                                        # 1. h_k
-    g_hat = generator.forward(h, condition)                      # 2. ĝ_k = M_k(h_k, c)
-    validation.check_same_shape(g_hat, "the generator's synthetic gradient", h, "this layer's output")
+    before = _restore_point(module, generator)  # references and small buffer copies: a few µs
+    try:
+        h = module.forward(x)                                    # 1. h_k
+        g_hat = generator.forward(h, condition)                  # 2. ĝ_k = M_k(h_k, c)
+        validation.check_same_shape(g_hat, "the generator's synthetic gradient", h, "this layer's output",
+                                    same_dtype=True)
+    except BaseException:
+        _restore(before)
+        raise
     delta = module.backward(g_hat, input_delta=input_delta)     # 3. δ_{k-1}, and ĝ's gradients of θ_k
     module.update(alpha)                                         # 4. descend on ĝ_k at once
     return delta, h, g_hat
+
+
+def _restore_point(*trees):
+    """``[(module, its attributes, copies of its buffers)]`` for every module in ``trees``, each once."""
+    point, seen = [], set()
+    for tree in trees:
+        for _, module in (tree.submodules() if isinstance(tree, Module) else [("", tree)]):
+            if id(module) in seen or not hasattr(module, "__dict__"):
+                continue
+            seen.add(id(module))
+            buffers = module.buffers() if isinstance(module, Module) else {}
+            point.append((module, dict(vars(module)), {name: array.copy() for name, array in buffers.items()}))
+    return point
+
+
+def _restore(point):
+    for module, attributes, buffers in point:
+        vars(module).clear()
+        vars(module).update(attributes)
+        for name, array in buffers.items():
+            getattr(module, name)[...] = array
 
 
 def check_generator(generator: Any, output_dim: int, condition_dim: int) -> None:

@@ -111,8 +111,7 @@ def _as_target_distribution(labels, logits):
     """The labels as rows of class probabilities (batch, classes), checked."""
     shape = logits.shape
     batch, classes = shape
-    if not isinstance(labels, np.ndarray):
-        raise TypeError(f"labels must be a NumPy array; got {type(labels).__name__}")
+    validation.check_array_type(labels, "labels", f"a NumPy array of integer classes ({batch},) or one-hot rows {shape}")
     if labels.ndim not in (1, 2):
         raise ValueError(
             f"labels must be integer classes of shape ({batch},) or one-hot rows of shape {shape}; "

@@ -18,8 +18,9 @@ import numpy as np
 
 from data_gen.checks import Seed, check_bool, check_integer, make_rng
 
-__all__ = ["Seed", "check_batch", "check_bool", "check_choice", "check_condition", "check_float_dtype", "check_integer",
-           "check_learning_rate", "check_number", "check_same_shape", "check_widths", "make_rng"]
+__all__ = ["Seed", "check_array_type", "check_batch", "check_bool", "check_choice", "check_condition", "check_fits_dtype",
+           "check_float_dtype", "check_integer", "check_learning_rate", "check_number", "check_same_shape",
+           "check_widths", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 
@@ -80,15 +81,56 @@ def check_float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
 
 # ---------------------------------------------------------------- arrays
 
+def check_array_type(array: Any, name: str, expected: str) -> np.ndarray:
+    """Check that ``array`` is a plain NumPy array (``expected`` describes it in the message); return it.
+
+    Subclasses of ``np.ndarray`` are refused, because their operators are not
+    ndarray's: ``np.matrix`` makes ``*`` a matrix product (so elementwise
+    gradients come out silently wrong) and a masked array hides entries that
+    sgrad's kernels would read anyway.  ``np.memmap`` is the exception: it is
+    an ndarray whose bytes live in a file, with ndarray's operators, so a
+    dataset opened with ``np.load(..., mmap_mode='r')`` is taken as it is.
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"{name} must be {expected}; got {type(array).__name__}. Convert it with np.asarray({name}).")
+    if type(array) not in (np.ndarray, np.memmap):
+        if isinstance(array, np.ma.MaskedArray):
+            why = ("a masked array, but sgrad reads every entry, masked or not; pass "
+                   f"{name}.filled(value) to choose what the masked entries hold, or np.asarray({name}) to keep "
+                   "the values under the mask")
+        elif isinstance(array, np.matrix):
+            why = (f"a numpy.matrix, whose * is a matrix product, so sgrad's elementwise maths would go wrong; "
+                   f"pass np.asarray({name})")
+        else:
+            why = (f"a {type(array).__name__}, a subclass of numpy.ndarray whose operators may differ from "
+                   f"ndarray's; pass np.asarray({name})")
+        raise TypeError(f"{name} must be {expected}; got {why}")
+    return array
+
+
+def check_fits_dtype(array: np.ndarray, name: str, dtype: Any) -> np.ndarray:
+    """Check that the finite float ``array`` stays finite when cast to ``dtype`` (float64 data for float32 training).
+
+    A value beyond the largest number of ``dtype`` would turn into inf, and
+    training would then stop as if it had diverged.  Returns ``array``.
+    """
+    dtype = check_float_dtype(dtype)
+    largest = float(np.finfo(dtype).max)
+    if array.size and array.dtype.itemsize > dtype.itemsize:
+        biggest = float(np.max(np.abs(array)))
+        if biggest > largest:
+            raise ValueError(f"{name} holds {biggest:g}, beyond the largest {dtype} ({largest:g}): cast to {dtype} "
+                             f"it would become inf. Scale the data down, or train in float64 (dtype='float64')")
+    return array
+
+
 def check_batch(array: Any, name: str, width: int | None = None, *, width_name: str = "features") -> np.ndarray:
     """Check that ``array`` is a finite float array of shape ``(batch, width)``, batch >= 1; return it.
 
     ``width=None`` accepts any number of columns.
     """
     expected = "(batch, features)" if width is None else f"(batch, {width})"
-    if not isinstance(array, np.ndarray):
-        raise TypeError(f"{name} must be a NumPy array of shape {expected}; got {type(array).__name__}. "
-                        "Convert it with np.asarray(..., dtype=float).")
+    check_array_type(array, name, f"a NumPy array of shape {expected}")
     if array.dtype.kind != "f":
         raise TypeError(f"{name} must hold floats; got dtype {array.dtype}. Convert it with {name}.astype(np.float64).")
     if array.ndim != 2:
@@ -109,11 +151,18 @@ def check_batch(array: Any, name: str, width: int | None = None, *, width_name: 
     return array
 
 
-def check_same_shape(array: Any, name: str, reference: np.ndarray, reference_name: str) -> np.ndarray:
-    """Check that ``array`` is a finite float array with the shape of ``reference``; return it."""
+def check_same_shape(array: Any, name: str, reference: np.ndarray, reference_name: str, *,
+                     same_dtype: bool = False) -> np.ndarray:
+    """Check that ``array`` is a finite float array with the shape of ``reference``; return it.
+
+    ``same_dtype=True`` also asks for the dtype of ``reference``.
+    """
     check_batch(array, name, reference.shape[1], width_name=f"the width of {reference_name}")
     if array.shape != reference.shape:
         raise ValueError(f"{name} must have the shape of {reference_name}, {reference.shape}; got shape {array.shape}")
+    if same_dtype and array.dtype != reference.dtype:
+        raise TypeError(f"{name} must have the dtype of {reference_name}, {reference.dtype}; got {array.dtype}. "
+                        f"Return it as {reference.dtype} (e.g. .astype(np.{reference.dtype}))")
     return array
 
 

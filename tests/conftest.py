@@ -14,6 +14,8 @@ Hypothesis runs the ``ci`` profile unless ``HYPOTHESIS_PROFILE`` names another:
 """
 
 import os
+import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -28,7 +30,7 @@ from sgrad.nonlinearities import relu
 
 __all__ = ["numerical_gradient", "relative_error", "assert_gradients_match", "assert_backward_matches_central_differences",
            "normal", "randomize", "away_from_kinks", "random_input_and_delta", "assert_dtype", "assert_tree_dtype",
-           "tree_state", "assert_same_state"]
+           "tree_state", "assert_same_state", "tiny_mnist", "copy_of_the_code"]
 
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None,
                           print_blob=True)
@@ -207,3 +209,25 @@ class RecordingGenerator(LinearGenerator):
 
 def random_batch(rng, batch, width):
     return rng.standard_normal((batch, width))
+
+
+def tiny_mnist(folder):
+    """A small archive in the mnist.npz layout (64 training, 16 test images, not the real MNIST); returns its path."""
+    rng = np.random.default_rng(0)
+    np.savez_compressed(folder / "mnist.npz", x_train=rng.integers(0, 256, (64, 28, 28), dtype=np.uint8),
+                        y_train=rng.integers(0, 10, 64, dtype=np.uint8),
+                        x_test=rng.integers(0, 256, (16, 28, 28), dtype=np.uint8),
+                        y_test=rng.integers(0, 10, 16, dtype=np.uint8))
+    return folder / "mnist.npz"
+
+
+def copy_of_the_code(folder):
+    """A copy of sgrad and data_gen in ``folder/src``, to run with ``PYTHONPATH=folder/src`` so a test may edit it."""
+    import data_gen
+    import sgrad
+
+    src = folder / "src"
+    for package in (sgrad, data_gen):
+        source = pathlib.Path(package.__file__).parent
+        shutil.copytree(source, src / source.name, ignore=shutil.ignore_patterns("__pycache__"))
+    return src

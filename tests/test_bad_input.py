@@ -492,8 +492,10 @@ COMMAND_LINES = [
     pytest.param(["compare", "--update-rule", "rmsprop"], "argument --update-rule: invalid choice: 'rmsprop'",
                  id="unknown-update-rule"),
     pytest.param(["compare", "--seed", "-1"], "argument --seed: must be at least 0; got -1", id="negative-seed"),
-    pytest.param(["paper", "--depths", "1"], "argument --depths: every depth must be at least 2", id="depth-1"),
-    pytest.param(["paper", "--data", "{tmp}/missing.npz"], "sgrad paper: error: no file at", id="missing-data"),
+    pytest.param(["paper", "--depths", "1"], "argument --depths: expected comma-separated depths of at least 2",
+                 id="depth-1"),
+    pytest.param(["paper", "--data", "{tmp}/missing.npz"], "sgrad paper: error: argument --data: no mnist.npz at",
+                 id="missing-data"),
     pytest.param(["paper", "--data", "{tmp}/notes.npz"], "is not a usable mnist.npz", id="data-not-an-archive"),
 ]
 

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import copy_of_the_code, tiny_mnist
 
 import sgrad
 from data_gen import generate_split
@@ -116,6 +117,25 @@ def test_metadata_and_extra_arrays_come_back(tmp_path):
     assert checkpoint.metadata["step"] == 7 and checkpoint.metadata["history"] == [0.5, 1e-300]
     assert checkpoint.metadata["format_version"] == ckpt.FORMAT_VERSION
     np.testing.assert_array_equal(checkpoint.extra["order"], order)
+
+
+def test_a_checkpoint_records_the_sgrad_version_and_the_digest_of_its_source(tmp_path):
+    save_checkpoint(tmp_path / "c.npz", trained("momentum layer"))
+    code = load_checkpoint(tmp_path / "c.npz").metadata["code"]
+    assert code == {"sgrad_version": sgrad.__version__, "source_digest": ckpt.source_digest()}
+    assert len(code["source_digest"]) == 64 and int(code["source_digest"], 16) >= 0
+
+
+def test_an_extra_array_of_python_objects_is_refused_before_anything_is_written(tmp_path):
+    path = tmp_path / "c.npz"
+    save_checkpoint(path, trained("momentum layer"), metadata={"step": 1})
+    old = path.read_bytes()
+    with pytest.raises(TypeError, match=r"extra\['notes'\] holds Python objects \(dtype object\), which a checkpoint "
+                                        "cannot store .*; pass arrays of numbers, and put other values into metadata"):
+        save_checkpoint(path, trained("momentum layer"), extra={"order": np.arange(3),
+                                                                 "notes": np.array([{"lr": 0.1}], dtype=object)})
+    assert path.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
 
 
 # --- errors ---------------------------------------------------------------------------------
@@ -248,6 +268,53 @@ def test_a_saving_process_killed_at_any_moment_leaves_a_whole_checkpoint(tmp_pat
         saver.stdout.close()
     checkpoint = load_checkpoint(path)
     assert np.all(checkpoint.extra["fill"] == checkpoint.metadata["i"])  # one save's arrays, whole
+
+
+SAVE_AND_HANG = """
+import sys, time
+import numpy as np
+import sgrad
+from sgrad import checkpoint
+write = checkpoint._write_npz
+
+def write_then_hang(file, payload):
+    write(file, payload)
+    file.flush()
+    print("written", flush=True)
+    time.sleep(600)
+
+checkpoint._write_npz = write_then_hang
+checkpoint.save_checkpoint(sys.argv[1], sgrad.Layer(4, 3, "tanh"), extra={"fill": np.ones(1_000_000)})
+"""
+
+
+def test_the_temporary_file_of_a_killed_save_is_removed_by_the_next_save(tmp_path):
+    path = tmp_path / "c.npz"
+    save_checkpoint(path, trained("momentum layer"), metadata={"step": 1})
+    saver = subprocess.Popen([sys.executable, "-c", SAVE_AND_HANG, str(path)], stdout=subprocess.PIPE, text=True,
+                             env=ENV)
+    try:
+        assert saver.stdout.readline() == "written\n"  # the whole temporary file is on disk, not yet renamed
+    finally:
+        saver.send_signal(signal.SIGKILL)
+        saver.wait(timeout=30)
+        saver.stdout.close()
+    left = [p for p in tmp_path.iterdir() if p.name != "c.npz"]
+    assert len(left) == 1 and left[0].name.startswith(".c.npz.") and left[0].name.endswith(".tmp")
+    assert left[0].stat().st_size > 8_000_000  # the size of that checkpoint, 1e6 float64 in it
+    assert load_checkpoint(path).metadata["step"] == 1  # the old checkpoint is whole
+
+    save_checkpoint(path, trained("momentum layer"), metadata={"step": 2})
+    assert [p.name for p in tmp_path.iterdir()] == ["c.npz"]
+    assert load_checkpoint(path).metadata["step"] == 2
+
+
+def test_a_save_removes_only_its_own_checkpoints_temporary_files(tmp_path):
+    others = [".c.npz.x.abcd1234.tmp", ".d.npz.abcd1234.tmp", ".c.npz.abc.tmp", "c.npz.abcd1234.tmp", ".c.npz.abcd1234"]
+    for name in [*others, ".c.npz.k2_9zq0a.tmp"]:
+        (tmp_path / name).write_bytes(b"left by a killed save")
+    save_checkpoint(tmp_path / "c.npz", trained("momentum layer"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*others, "c.npz"])
 
 
 # --- resuming training ----------------------------------------------------------------------------
@@ -445,11 +512,7 @@ def test_sgrad_compare_refuses_a_damaged_checkpoint_in_one_line(tmp_path, capsys
 
 
 def test_sgrad_paper_run_again_with_more_iterations_resumes_a_cell_bit_identical(tmp_path):
-    rng = np.random.default_rng(0)
-    np.savez_compressed(tmp_path / "mnist.npz", x_train=rng.integers(0, 256, (64, 28, 28), dtype=np.uint8),
-                        y_train=rng.integers(0, 10, 64, dtype=np.uint8),
-                        x_test=rng.integers(0, 256, (16, 28, 28), dtype=np.uint8),
-                        y_test=rng.integers(0, 10, 16, dtype=np.uint8))
+    tiny_mnist(tmp_path)
     command = [*SGRAD, "paper", "--methods", "backprop,cdni", "--depths", "2", "--eval-every", "4", "--batch-size", "8",
                "--hidden", "16", "--generator-hidden", "8", "--no-verify", "--data", str(tmp_path / "mnist.npz")]
     unbroken = subprocess.run([*command, "--iterations", "10", "--out", str(tmp_path / "unbroken")],
@@ -470,3 +533,40 @@ def test_sgrad_paper_run_again_with_more_iterations_resumes_a_cell_bit_identical
              for out in ("broken", "unbroken")}
     assert cells["broken"] == cells["unbroken"]
     assert cells["broken"][("cdni", 2)]["iteration"] == [4, 8, 10]
+
+
+# --- results that follow the code -------------------------------------------------------------------
+
+DNI_UPDATE = "    module.update(alpha)                                         # 4. descend on ĝ_k at once\n"
+
+
+def test_sgrad_compare_after_an_edit_of_sgrad_starts_afresh_and_says_why(tmp_path):
+    """The issue's case: a DNI layer edited to no longer update must not report the old results."""
+    src = copy_of_the_code(tmp_path)
+    env = dict(ENV, PYTHONPATH=str(src))
+    command = [*SGRAD, *COMPARE_TINY, "--methods", "dni", "--epochs", "3", "--checkpoint-every", "5",
+               "--out", str(tmp_path / "out")]
+    first = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert first.returncode == 0, first.stderr
+    before = json.loads((tmp_path / "out" / "history.json").read_text())["histories"]["dni"]
+
+    dni = src / "sgrad" / "dni.py"
+    assert dni.read_text(encoding="utf-8").count(DNI_UPDATE) == 1
+    dni.write_text(dni.read_text(encoding="utf-8").replace(DNI_UPDATE, "    # edited: no descent on ĝ\n"),
+                   encoding="utf-8")
+    start = time.perf_counter()
+    edited = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    elapsed = time.perf_counter() - start
+    assert edited.returncode == 0, edited.stderr
+    checkpoint = tmp_path / "out" / "checkpoints" / "dni.npz"
+    assert (f"[dni] not resuming from {checkpoint}: it was saved by other code (source digest "
+            in edited.stderr), edited.stderr
+    assert "whose results would not be this code's; starting afresh" in edited.stderr
+    assert "resumed from" not in edited.stderr
+    after = json.loads((tmp_path / "out" / "history.json").read_text())["histories"]["dni"]
+    assert after["step_loss"] != before["step_loss"]
+    assert after["step_loss"][0] == before["step_loss"][0]  # the same start; the layers no longer learn after it
+    assert 0 < after["wall_time"] < elapsed  # this run's own time, none of the old run's
+
+    again = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert f"[dni] resumed from {checkpoint} at step 12 of 12" in again.stderr  # the same code again: it resumes

@@ -6,12 +6,17 @@ enough for 64 training and 32 held-out ones.
 """
 
 import json
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import tiny_mnist
 from matplotlib.image import imread
 
 import sgrad
@@ -90,6 +95,13 @@ def test_progress_lines_go_to_stderr(tiny):
         assert f"[{method}] epoch {EPOCHS}/{EPOCHS}" in result.stderr
         assert f"[{method}] done in" in result.stderr
     assert "epoch" not in result.stdout
+
+
+def test_the_progress_line_says_its_loss_is_the_training_loss(tiny):
+    result, _ = tiny
+    epoch_lines = [line for line in result.stderr.splitlines() if line.startswith("[dni] epoch 1/")]
+    assert len(epoch_lines) == 1
+    assert re.fullmatch(r"\[dni\] epoch 1/3  train loss \d+\.\d{4}  held-out bits \d+\.\d%", epoch_lines[0])
 
 
 def test_results_md_equals_the_table_on_stdout(tiny):
@@ -236,3 +248,89 @@ def test_compare_function_returns_a_history_per_requested_method(tmp_path, monke
     assert [len(h["epoch_loss"]) for h in histories.values()] == [2, 2]
     assert [h["method"] for h in histories.values()] == ["dni", "backprop"]
     assert list(tmp_path.iterdir()) == []  # out_dir=None writes nothing
+
+
+# --- help -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [[], ["compare"], ["paper"]], ids=["sgrad", "compare", "paper"])
+def test_help_is_plain_text_without_restructuredtext_markup(command):
+    result = subprocess.run([str(SGRAD), *command, "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert "`" not in result.stdout, result.stdout
+    assert "usage: sgrad" in result.stdout
+
+
+def test_every_option_of_paper_has_a_help_text():
+    from sgrad.cli import build_parser
+
+    parser = build_parser()
+    paper = parser._subparsers._group_actions[0].choices["paper"]
+    assert [action.dest for action in paper._actions if not action.help] == []
+    result = subprocess.run([str(SGRAD), "paper", "--help"], capture_output=True, text=True, timeout=60)
+    assert "the networks' and the images' float type (default float32)" in " ".join(result.stdout.split())
+
+
+# --- arguments refused before any work, in the command line's words ---------------------------------------
+
+
+@pytest.mark.parametrize("args, message", [
+    (["paper", "--depths", "3,0"], "sgrad paper: error: argument --depths: expected comma-separated depths of at "
+                                   "least 2 (a hidden block and the top) such as 3,4,5,6; got '3,0'"),
+    (["paper", "--data", "{tmp}/missing.npz"], "sgrad paper: error: argument --data: no mnist.npz at "
+                                               "{tmp}/missing.npz; give the path of the archive or of a folder "
+                                               "holding it, or leave --data out to use $SGRAD_DATA_DIR, then the "
+                                               "cache, then a download"),
+    (["compare", "--out", "{tmp}/notes.txt/out"], "sgrad compare: error: --out {tmp}/notes.txt/out cannot be made: "
+                                                  "{tmp}/notes.txt is a file, not a folder; choose another folder"),
+    (["paper", "--out", "{tmp}/notes.txt/out"], "sgrad paper: error: --out {tmp}/notes.txt/out cannot be made: "
+                                                "{tmp}/notes.txt is a file, not a folder; choose another folder"),
+    (["paper", "--data", "{tmp}/mnist.npz", "--no-verify", "--train-subset", "100", "--out", "{tmp}/out"],
+     "sgrad paper: error: batch_size (256) is larger than the training set (100 examples); use a smaller "
+     "batch_size or more training examples"),
+    (["compare", "--hidden", "10000000", "--out", "{tmp}/out"],
+     "sgrad compare: error: the backprop network would need 4,000,000,128 bytes (3.7 GiB) for its 250,000,008 "
+     "parameters, their gradients and adam's state, more than the 2 GiB that sgrad allows "
+     "(sgrad.experiments.loop.MAX_NETWORK_BYTES); use smaller widths"),
+], ids=["depth-0", "missing-data", "compare-out-below-a-file", "paper-out-below-a-file", "batch-over-subset",
+        "hidden-ten-million"])
+def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_path, args, message):
+    (tmp_path / "notes.txt").write_text("a file\n")
+    tiny_mnist(tmp_path)
+    start = time.perf_counter()
+    result = subprocess.run([str(SGRAD), *(arg.format(tmp=tmp_path) for arg in args)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert time.perf_counter() - start < 20  # refused, not trained or allocated
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [message.format(tmp=tmp_path) + (
+        f" (see 'sgrad {args[0]} --help')" if "argument" in message else "")]
+    assert "load_mnist" not in result.stderr and "Errno" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnist.npz", "notes.txt"]
+
+
+# --- Ctrl-C -----------------------------------------------------------------------------------
+
+
+def test_ctrl_c_ends_with_one_line_status_130_and_no_process_left(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.Popen([str(SGRAD), "compare", *TINY, "--methods", "dni", "--epochs", "100000",
+                            "--checkpoint-every", "2", "--out", str(out)],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        first = run.stderr.readline()
+        assert first.startswith("[dni] epoch 1/100000  train loss "), first
+        run.send_signal(signal.SIGINT)
+        stdout, rest = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)
+    assert run.returncode == 130
+    assert stdout == ""
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest
+    assert [line for line in rest.splitlines() if not line.startswith("[dni] epoch")] == [
+        f"sgrad compare: interrupted; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["dni.npz"]  # whole: no temporary file left
+    with pytest.raises(ProcessLookupError):
+        os.killpg(run.pid, 0)  # the command's process group is empty: no child outlived it

@@ -249,19 +249,89 @@ def test_a_prediction_that_does_not_fit_is_refused_before_the_parameters_move(ki
         np.testing.assert_array_equal(param, before[name], err_msg=name)
 
 
-# --- DNI and DNIBlock: the step with their own alpha, the generator's with generator_alpha --------
-
-
-def _dni(condition_dim=CONDITION):
+def _dni(condition_dim=CONDITION, generator=None):
     return DNI(IN, OUT, "tanh", alpha=0.05, generator_alpha=0.02, condition_dim=condition_dim,
-               generator_init="blog", seed=0)
+               generator_init="blog", generator=generator, seed=0)
 
 
-def _dni_block(condition_dim=CONDITION):
-    return DNIBlock(dense_block(IN, OUT, seed=0), _generator(condition_dim), 0.05, generator_alpha=0.02)
+def _dni_block(condition_dim=CONDITION, generator=None):
+    return DNIBlock(dense_block(IN, OUT, seed=0), generator or _generator(condition_dim), 0.05, generator_alpha=0.02)
 
 
 OWNERS = pytest.mark.parametrize("make", [_dni, _dni_block], ids=["DNI", "DNIBlock"])
+OWNERS_OF_A_SPOILED_GENERATOR = pytest.mark.parametrize("make", [
+    lambda: _dni(generator=SpoiledGenerator(OUT, CONDITION, init="blog", seed=1)),
+    lambda: _dni_block(generator=SpoiledGenerator(OUT, CONDITION, init="blog", seed=1))], ids=["DNI", "DNIBlock"])
+
+
+def test_input_delta_must_be_a_bool_and_is_checked_before_anything_changes():
+    module, generator = _module("layer"), _generator()
+    before = tree_state(module)
+    with pytest.raises(TypeError, match="input_delta must be True or False; got 'no' \\(str\\)"):
+        synthetic_step(module, generator, _x(), _condition(), ALPHA, input_delta="no")
+    assert_same_state(module, before)
+
+
+class SpoiledGenerator(LinearGenerator):
+    """A user's generator whose prediction ``spoil`` turns bad (None: a good one)."""
+
+    spoil = None
+
+    def forward(self, h, condition=None):
+        prediction = super().forward(h, condition)
+        return prediction if self.spoil is None else self.spoil(prediction)
+
+
+def _with_nan(g):
+    g = g.copy()
+    g[3, 2] = np.nan
+    return g
+
+
+BAD_PREDICTIONS = [
+    pytest.param(lambda g: g[:, :-1], ValueError, r"must have shape \(batch, 5\).*got shape \(6, 4\)", id="shape"),
+    pytest.param(lambda g: g.astype(np.float32), TypeError,
+                 r"the generator's synthetic gradient must have the dtype of this layer's output, float64; got float32",
+                 id="dtype"),
+    pytest.param(_with_nan, ValueError, r"the generator's synthetic gradient holds NaN or inf \(first in row 3\)",
+                 id="nan"),
+    pytest.param(lambda g: np.full_like(g, -np.inf), ValueError,
+                 r"the generator's synthetic gradient holds NaN or inf \(first in row 0\)", id="inf"),
+]
+
+
+@pytest.mark.parametrize("kind", MODULE_KINDS)
+@pytest.mark.parametrize("spoil, error, message", BAD_PREDICTIONS)
+def test_a_bad_prediction_is_refused_and_module_and_generator_are_as_they_were(kind, spoil, error, message):
+    """Parameters, update-rule state, caches (input, output, ĝ) and batch norm's running statistics alike."""
+    module, generator = _module(kind, update_rule="adam"), SpoiledGenerator(OUT, CONDITION, init="blog", seed=1)
+    synthetic_step(module, generator, _x(5), _condition(6), ALPHA)  # a first, good step fills every cache
+    generator.spoil = spoil
+    before_module, before_generator = tree_state(module), tree_state(generator)
+
+    with pytest.raises(error, match=message):
+        synthetic_step(module, generator, _x(), _condition(), ALPHA)
+
+    assert_same_state(module, before_module)
+    assert_same_state(generator, before_generator)
+
+
+@OWNERS_OF_A_SPOILED_GENERATOR
+def test_a_dni_whose_generator_predicts_nan_keeps_its_weights_and_its_last_g_hat(make):
+    owner = make()
+    owner.forward_and_synthetic_update(_x(5), _condition(6))
+    owner.generator.spoil = _with_nan
+    before = tree_state(owner)
+    with pytest.raises(ValueError, match="holds NaN or inf"):
+        owner.forward_and_synthetic_update(_x(), _condition())
+    assert_same_state(owner, before)
+    assert np.isfinite(owner.synthetic_gradient).all()
+
+
+# --- DNI and DNIBlock: the step with their own alpha, the generator's with generator_alpha --------
+
+
+
 
 
 @pytest.mark.parametrize("input_delta", [True, False])

@@ -197,6 +197,38 @@ def test_a_batch_larger_than_the_training_set_is_refused(small_data):
         train("backprop", small_data, dataclasses.replace(SMALL, batch_size=500))
 
 
+def test_float64_data_beyond_float32_is_refused_before_training_and_the_learning_rate_is_not_blamed(small_data):
+    """The issue's case: cast to the float32 config, 1e39 became inf, and the message blamed the learning rate."""
+    x_train = small_data[0].copy()
+    x_train[7, 2] = 1e39
+    with pytest.raises(ValueError) as info:
+        train("backprop", (x_train, *small_data[1:]), SMALL)
+    assert str(info.value) == ("x_train holds 1e+39, beyond the largest float32 (3.40282e+38): cast to float32 it "
+                               "would become inf. Scale the data down, or train in float64 (dtype='float64')")
+    assert not isinstance(info.value, sgrad.TrainingDiverged)
+
+
+def test_parameter_count_is_what_build_network_builds():
+    for config in (TrainConfig(), SMALL, TrainConfig(hidden=(7,))):
+        for method in METHODS:
+            built = sum(p.size for layer in build_network(method, 10, 5, config) for _, module in layer.submodules()
+                        for p in module.own_parameters().values())
+            assert binary_addition.parameter_count(method, 10, 5, config) == built, (method, config)
+
+
+def test_compare_refuses_a_network_too_large_before_it_makes_any_data(monkeypatch):
+    """The issue's case: --hidden 10000000 allocated for minutes; now it says at once what it would need."""
+    made = []
+    monkeypatch.setattr(binary_addition, "generate_split", lambda *args, **kwargs: made.append(args))
+    # 10 -> 50,000 -> 50,000 -> 5 with biases, and two linear generators 50,000 -> 50,000: 7,500,950,005
+    # numbers, 16 bytes each in float32 with Adam (parameter, gradient, two moments).
+    with pytest.raises(ValueError, match=r"^the dni network would need 120,015,200,080 bytes \(111.8 GiB\) for its "
+                                         r"7,500,950,005 parameters, their gradients and adam's state, more than the "
+                                         r"2 GiB that sgrad allows"):
+        sgrad.compare(["dni"], **dict(TINY, hidden=(50_000, 50_000)))
+    assert made == []
+
+
 # --- divergence -----------------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import copy_of_the_code, tiny_mnist
 
 import sgrad
 from sgrad.experiments import mnist
@@ -144,6 +145,86 @@ def test_a_cell_made_with_other_settings_or_data_is_trained_again(tiny_data, tmp
     assert not any("loaded" in line for line in lines)
 
 
+GRID_IN_A_COPY = """
+import sys
+import numpy as np
+from sgrad.experiments.mnist import PaperConfig, run_grid
+rng = np.random.default_rng(0)
+data = (rng.random((64, 20), dtype=np.float32), rng.integers(0, 10, 64),
+        rng.random((32, 20), dtype=np.float32), rng.integers(0, 10, 32))
+config = PaperConfig(iterations=6, eval_every=3, hidden=16, generator_hidden=(8,), batch_size=8, seed=0)
+run_grid(data, methods=("backprop",), depths=(2,), config=config, out_dir=sys.argv[1], progress=print)
+"""
+
+
+def test_a_cell_made_by_other_code_is_trained_again_and_says_why(tmp_path):
+    src = copy_of_the_code(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(src), OPENBLAS_NUM_THREADS="1")
+
+    def grid():
+        result = subprocess.run([sys.executable, "-c", GRID_IN_A_COPY, str(tmp_path / "out")], capture_output=True,
+                                text=True, env=env, cwd=tmp_path, timeout=300)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()
+
+    cell = tmp_path / "out" / "cells" / "backprop-depth2.json"
+    assert "[backprop, depth 2] iteration 6/6" in grid()[1]
+    assert grid()[0] == f"[backprop, depth 2] loaded from {tmp_path / 'out'}"  # the same code: the cell is reused
+    made_by = json.loads(cell.read_text())["code"]
+    steps = src / "sgrad" / "steps.py"
+    steps.write_text(steps.read_text(encoding="utf-8") + "# an edit that changes no number\n", encoding="utf-8")
+    lines = grid()
+    assert lines[0] == (f"[backprop, depth 2] not reusing {cell}: it was made by other code (another sgrad version "
+                        "or source); training again")
+    assert lines[2].startswith("[backprop, depth 2] iteration 6/6  train loss ")
+    remade_by = json.loads(cell.read_text())["code"]
+    assert remade_by["sgrad_version"] == made_by["sgrad_version"]
+    assert remade_by["source_digest"] != made_by["source_digest"]
+
+
+def test_the_grid_checks_every_depth_and_the_folder_before_it_trains_a_cell(tiny_data, tmp_path):
+    with pytest.raises(ValueError, match="depth must be at least 2; got 1"):
+        run_grid(tiny_data, methods=("backprop",), depths=(3, 1), config=TINY, out_dir=tmp_path / "out")
+    (tmp_path / "a file").write_text("")
+    with pytest.raises(ValueError, match="a file is a file, not a folder"):
+        run_grid(tiny_data, methods=("backprop",), depths=(3,), config=TINY, out_dir=tmp_path / "a file" / "out")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a file"]
+
+
+def test_a_batch_larger_than_the_training_set_is_refused(tiny_data):
+    """The issue's case: asked for batches of 256 with 64 examples, it trained on batches of 64."""
+    config = dataclasses.replace(TINY, batch_size=256)
+    with pytest.raises(ValueError, match=r"batch_size \(256\) is larger than the training set \(64 examples\)"):
+        train_paper("backprop", tiny_data, config)
+    with pytest.raises(ValueError, match=r"batch_size \(256\) is larger than the training set \(64 examples\)"):
+        run_grid(tiny_data, methods=("backprop",), config=config)
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (lambda d: (d[0], d[1].astype(float), d[2], d[3]), TypeError, "y_train must hold integers; got dtype float64"),
+    (lambda d: (d[0], d[1], d[2], d[3] + 10), ValueError, r"y_test must lie in \[0, 9\]"),
+    (lambda d: (d[0], np.ma.masked_array(d[1]), d[2], d[3]), TypeError, "y_train must be .*; got a masked array"),
+    (lambda d: (d[0].astype(np.float64) * 1e39, *d[1:]), ValueError, "x_train holds .* beyond the largest float32"),
+], ids=["float-labels", "label-10", "masked-labels", "beyond-float32"])
+def test_train_paper_checks_its_data_before_it_builds_the_network(tiny_data, bad, error, message):
+    with pytest.raises(error, match=message):
+        train_paper("dni", bad(tiny_data), TINY)
+
+
+def test_parameter_count_is_what_build_network_builds():
+    for config in (PaperConfig(depth=6), TINY, dataclasses.replace(TINY, generator="linear", batchnorm=False),
+                   dataclasses.replace(TINY, generator_batchnorm=False, generator_hidden=(7, 5))):
+        for method in PAPER_METHODS:
+            built = sum(p.size for layer in build_network(method, 784, config) for _, module in layer.submodules()
+                        for p in module.own_parameters().values())
+            assert mnist.parameter_count(method, 784, config) == built, (method, config)
+
+
+def test_a_network_too_large_to_train_is_refused_before_it_is_built(tiny_data):
+    with pytest.raises(ValueError, match=r"the cdni network of depth 3 would need [\d,]+ bytes \(\d+\.\d GiB\)"):
+        train_paper("cdni", tiny_data, dataclasses.replace(TINY, generator_hidden=(20_000, 20_000)))
+
+
 def test_generator_settings_do_not_invalidate_the_cells_of_methods_without_generators(tiny_data, tmp_path):
     run_grid(tiny_data, methods=("backprop", "no-bprop", "dni"), config=TINY, out_dir=tmp_path)
     lines = []
@@ -185,12 +266,7 @@ def test_a_diverging_cell_names_method_depth_iteration_and_learning_rates_and_th
 
 
 def test_the_paper_command_runs_and_writes_its_files(tmp_path):
-    rng = np.random.default_rng(0)
-    archive = tmp_path / "mnist.npz"
-    np.savez_compressed(archive, x_train=rng.integers(0, 256, (64, 28, 28), dtype=np.uint8),
-                        y_train=rng.integers(0, 10, 64, dtype=np.uint8),
-                        x_test=rng.integers(0, 256, (16, 28, 28), dtype=np.uint8),
-                        y_test=rng.integers(0, 10, 16, dtype=np.uint8))
+    tiny_mnist(tmp_path)
     env = dict(os.environ, SGRAD_DATA_DIR=str(tmp_path))
     command = [sys.executable, "-m", "sgrad", "paper", "--methods", "backprop,dni", "--depths", "2,3",
                "--iterations", "4", "--eval-every", "2", "--batch-size", "8", "--hidden", "16",

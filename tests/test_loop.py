@@ -5,6 +5,8 @@ seen on its own; the experiments' own tests check them on binary addition and MN
 """
 
 import json
+import os
+import time
 import warnings
 
 import numpy as np
@@ -188,6 +190,54 @@ def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path):
     assert without_wall_time(fresh) == without_wall_time(run(steps=4))
 
 
+# --- wall time ------------------------------------------------------------------------------------------
+
+PAUSE = 0.02  # seconds each step of the timed runs sleeps, so that a step's time is known from below
+
+
+def timed_run(steps, **options):
+    """``(history, seconds the call took)`` for a run whose every step sleeps PAUSE, then steps by backprop."""
+    layers = network()
+    x, y = regression()
+
+    def slow_step(indices, history):
+        time.sleep(PAUSE)
+        return backprop_step(layers, x[indices], y[indices], mse, 0.1)
+
+    start = time.perf_counter()
+    history = run(layers, steps=steps, train_step=slow_step, **options)
+    return history, time.perf_counter() - start
+
+
+def test_the_wall_time_of_a_fresh_run_is_the_time_it_spent():
+    history, elapsed = timed_run(10)
+    assert 10 * PAUSE <= history["wall_time"] <= elapsed
+
+
+def test_the_wall_time_of_a_resumed_run_is_the_time_before_plus_this_sessions(tmp_path):
+    _, first_elapsed = timed_run(6, checkpoint=tmp_path / "run.npz")
+    before = load_checkpoint(tmp_path / "run.npz").metadata["history"]["wall_time"]
+    assert 6 * PAUSE <= before <= first_elapsed
+    resumed, elapsed = timed_run(10, checkpoint=tmp_path / "run.npz")  # 4 more steps
+    assert before + 4 * PAUSE <= resumed["wall_time"] <= before + elapsed
+
+
+def test_a_finished_run_asked_again_adds_only_the_time_it_took_to_load(tmp_path):
+    timed_run(6, checkpoint=tmp_path / "run.npz")
+    before = load_checkpoint(tmp_path / "run.npz").metadata["history"]["wall_time"]
+    again, elapsed = timed_run(6, checkpoint=tmp_path / "run.npz")
+    assert before <= again["wall_time"] <= before + elapsed
+    assert len(again["step_loss"]) == 6
+
+
+# --- checks made before any work --------------------------------------------------------------------------
+
+
+def test_keep_step_losses_must_be_a_bool():
+    with pytest.raises(TypeError, match="keep_step_losses must be True or False; got 1 \\(int\\)"):
+        run(keep_step_losses=1)
+
+
 def test_checkpoint_every_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="checkpoint_every must be at least 1; got 0"):
         run(checkpoint_every=0)
@@ -247,3 +297,57 @@ def test_checkpoint_path_is_none_without_a_folder_or_a_period(tmp_path):
     assert loop.checkpoint_path(None, "dni", 5) is None
     assert loop.checkpoint_path(tmp_path, "dni", None) is None
     assert loop.checkpoint_path(tmp_path, "dni-depth3", 5) == tmp_path / "checkpoints" / "dni-depth3.npz"
+
+
+SPLIT = (np.zeros((8, 3)), np.zeros((8, 2)), np.zeros((4, 3)), np.zeros((4, 2)))
+
+
+def check_targets(y_train, y_test):
+    sgrad.validation.check_batch(y_train, "y_train")
+    sgrad.validation.check_batch(y_test, "y_test", y_train.shape[1])
+
+
+@pytest.mark.parametrize("data, batch_size, dtype, error, message", [
+    (SPLIT, 9, "float64", ValueError, r"batch_size \(9\) is larger than the training set \(8 examples\)"),
+    (SPLIT[:3], 2, "float64", TypeError, r"data must be a tuple \(x_train, y_train, x_test, y_test\); got tuple of 3"),
+    ((SPLIT[0], SPLIT[1][:7], *SPLIT[2:]), 2, "float64", ValueError,
+     "x_train and y_train must have as many rows; got 8 and 7"),
+    ((np.full((8, 3), 1e39), *SPLIT[1:]), 2, "float32", ValueError,
+     r"x_train holds 1e\+39, beyond the largest float32 \(3.40282e\+38\): cast to float32 it would become inf"),
+    ((SPLIT[0].view(np.matrix), *SPLIT[1:]), 2, "float64", TypeError, r"x_train .* numpy.matrix.*np.asarray\(x_train\)"),
+], ids=["batch-too-large", "three-arrays", "rows-differ", "beyond-float32", "matrix"])
+def test_check_split_refuses_data_that_cannot_be_trained_on(data, batch_size, dtype, error, message):
+    with pytest.raises(error, match=message):
+        loop.check_split(data, batch_size, dtype, check_targets)
+
+
+def test_check_split_takes_float64_data_that_fits_float32():
+    loop.check_split((np.full((8, 3), 3e38), *SPLIT[1:]), 8, "float32", check_targets)
+
+
+def test_check_network_size_counts_parameters_gradients_and_the_update_rules_state():
+    limit = loop.MAX_NETWORK_BYTES
+    # 4 bytes each, as a parameter, a gradient, and Adam's two moments: 16 bytes a parameter; SGD keeps no state.
+    loop.check_network_size(limit // 16, "float32", "adam", "the net")
+    loop.check_network_size(limit // 8, "float32", "sgd", "the net")
+    with pytest.raises(ValueError, match=rf"the net would need {limit + 16:,} bytes \(2.0 GiB\) for its "
+                                         rf"{limit // 16 + 1:,} parameters, their gradients and adam's state, "
+                                         r"more than the 2 GiB that sgrad allows"):
+        loop.check_network_size(limit // 16 + 1, "float32", "adam", "the net")
+
+
+def test_check_out_dir_refuses_a_folder_below_a_file_and_makes_nothing(tmp_path):
+    (tmp_path / "notes.txt").write_text("a file\n")
+    with pytest.raises(ValueError, match=f"out_dir {tmp_path}/notes.txt/out cannot be made: {tmp_path}/notes.txt "
+                                         "is a file, not a folder"):
+        loop.check_out_dir(tmp_path / "notes.txt" / "out")
+    loop.check_out_dir(tmp_path / "new" / "deeper")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_check_out_dir_refuses_a_folder_it_may_not_write_in(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(ValueError, match="you may not write in"):
+        loop.check_out_dir(locked / "out")

@@ -409,6 +409,11 @@ def test_prepare_keeps_square_images_without_flatten_and_float64_on_request(raw)
     np.testing.assert_array_equal(data.x_test, raw.x_test / 255.0)
 
 
+def test_prepare_refuses_a_flatten_that_is_not_a_bool(raw):
+    with pytest.raises(TypeError, match="flatten must be True or False; got 'no' \\(str\\)"):
+        prepare_mnist(raw, flatten="no")
+
+
 def test_prepare_leaves_the_raw_arrays_unchanged(raw):
     before = [a.copy() for a in raw]
     prepare_mnist(raw, subset=10, seed=0)

@@ -28,8 +28,8 @@ from ..losses import bce_with_logits, mse
 from ..nonlinearities import NONLINEARITIES
 from ..steps import forward_all, predict, true_gradients
 from ..validation import check_batch, check_choice, check_integer, check_widths
-from .loop import (DECOUPLED, atomic_write_text, check_methods, check_settings, checkpoint_path, run_and_report,
-                   take_step, train_loop)
+from .loop import (DECOUPLED, atomic_write_text, check_batch_fits, check_methods, check_network_size, check_out_dir,
+                   check_settings, check_split, checkpoint_path, run_and_report, take_step, train_loop)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -129,6 +129,20 @@ def build_network(method: str, input_dim: int, output_dim: int, config: TrainCon
     return layers
 
 
+def parameter_count(method: str, input_dim: int, output_dim: int, config: TrainConfig) -> int:
+    """How many numbers :func:`build_network` 's network for ``method`` learns, counted without building it.
+
+    Each layer has weights and a bias; a DNI layer's linear generator maps
+    [h, c] to ĝ, with c the labels for 'cdni'.
+    """
+    dims = (input_dim, *config.hidden, output_dim)
+    count = sum(fan_in * fan_out + fan_out for fan_in, fan_out in zip(dims[:-1], dims[1:]))
+    if method in DECOUPLED:
+        condition_dim = output_dim if method == "cdni" else 0
+        count += sum((width + condition_dim) * width + width for width in config.hidden)
+    return count
+
+
 def train(method: str, data: Sequence[np.ndarray], config: TrainConfig | None = None, *,
           progress: Callable[[str], None] | None = None, checkpoint: str | os.PathLike[str] | None = None,
           checkpoint_every: int | None = None) -> dict[str, Any]:
@@ -164,8 +178,10 @@ def train(method: str, data: Sequence[np.ndarray], config: TrainConfig | None = 
     """
     config = TrainConfig() if config is None else config
     check_choice(method, "method", METHODS)
-    x_train, y_train, x_test, y_test = data
-    _check_data(x_train, y_train, x_test, y_test, config.batch_size)
+    check_split(data, config.batch_size, config.dtype, _check_targets)
+    x_train, y_train = data[0], data[1]
+    check_network_size(parameter_count(method, x_train.shape[1], y_train.shape[1], config), config.dtype,
+                       config.update_rule, f"the {method} network")
     # In the network's dtype: float64 data would turn every product of a float32 network into float64.
     x_train, y_train = np.asarray(x_train, dtype=config.dtype), np.asarray(y_train, dtype=config.dtype)
     loss_fn, _, threshold = TASK_LOSSES[config.loss]
@@ -186,7 +202,7 @@ def train(method: str, data: Sequence[np.ndarray], config: TrainConfig | None = 
         epoch = step // n_batches
         _record_epoch(history, method, layers, data, losses, loss_fn, threshold, config.probe_size)
         if epoch == 1 or epoch % max(1, config.epochs // 10) == 0 or epoch == config.epochs:
-            return (f"epoch {epoch}/{config.epochs}  loss {history['epoch_loss'][-1]:.4f}  "
+            return (f"epoch {epoch}/{config.epochs}  train loss {history['epoch_loss'][-1]:.4f}  "
                     f"held-out bits {100 * history['test_bit_accuracy'][-1]:.1f}%")
         return None
 
@@ -236,18 +252,9 @@ def _record_epoch(history, method, layers, data, losses, loss_fn, threshold, pro
         history["generator_epoch_loss"][k].append(float(np.mean(generator_losses[-len(losses):])))
 
 
-def _check_data(x_train, y_train, x_test, y_test, batch_size):
-    check_batch(x_train, "x_train")
+def _check_targets(y_train, y_test):
     check_batch(y_train, "y_train")
-    if len(x_train) != len(y_train):
-        raise ValueError(f"x_train and y_train must have as many rows; got {len(x_train)} and {len(y_train)}")
-    if len(x_train) < batch_size:
-        raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({len(x_train)} examples); "
-                         "use a smaller batch_size or more training examples")
-    check_batch(x_test, "x_test", x_train.shape[1])
-    check_batch(y_test, "y_test", y_train.shape[1])
-    if len(x_test) != len(y_test):
-        raise ValueError(f"x_test and y_test must have as many rows; got {len(x_test)} and {len(y_test)}")
+    check_batch(y_test, "y_test", y_train.shape[1], width_name="the width of y_train")
 
 
 def compare(methods: str | Sequence[str] = METHODS, *, output_dim: int = 8, num_train: int = 1000,
@@ -274,6 +281,15 @@ def compare(methods: str | Sequence[str] = METHODS, *, output_dim: int = 8, num_
     """
     config = dataclasses.replace(TrainConfig() if config is None else config, **options)
     methods = check_methods(methods, METHODS)
+    output_dim = check_integer(output_dim, "output_dim")
+    num_train = check_integer(num_train, "num_train")
+    check_batch_fits(config.batch_size, num_train)
+    if checkpoint_every is not None:
+        check_integer(checkpoint_every, "checkpoint_every")
+    for method in methods:  # x holds the bits of both operands: 2 * output_dim columns
+        check_network_size(parameter_count(method, 2 * output_dim, output_dim, config), config.dtype,
+                           config.update_rule, f"the {method} network")
+    check_out_dir(out_dir)
     data = generate_split(output_dim, num_train, num_test, seed=config.seed)
     histories = {}
     for method in methods:

@@ -22,13 +22,18 @@ The loop does the rest, the same way for every experiment:
 - checkpoints: every ``checkpoint_every`` steps and at the end, the network,
   the batch order and the history are saved (:func:`sgrad.checkpoint.save_run`);
   a later run with the same settings carries on from there, bit for bit;
-- wall time: ``history['wall_time']``, seconds summed over resumed sessions.
+- wall time: ``history['wall_time']``, the seconds this session has spent
+  (from reading the checkpoint on) plus, on a resumed run, what the sessions
+  before had spent up to the checkpoint it resumed from.
 
 Below the loop, what experiments share besides: :func:`take_step` (which
-step each method takes), :func:`check_settings` (the settings every config
-has), :func:`check_methods`, :func:`run_and_report` (a comparison carries on
-past a diverged run), :func:`checkpoint_path` and :func:`atomic_write_text`
-(every results file is written whole or not at all).
+step each method takes), the checks made before any work starts
+(:func:`check_settings`, the settings every config has; :func:`check_methods`;
+:func:`check_split`, the data; :func:`check_network_size`, the memory a
+network would need; :func:`check_out_dir`, the results folder),
+:func:`run_and_report` (a comparison carries on past a diverged run),
+:func:`checkpoint_path` and :func:`atomic_write_text` (every results file is
+written whole or not at all).
 """
 
 import os
@@ -40,14 +45,20 @@ from typing import Any
 import numpy as np
 
 from ..checkpoint import atomic_write, resume_run, save_run
-from ..optimizers import UPDATE_RULES
+from ..optimizers import UPDATE_RULES, get_update_rule
 from ..steps import Loss, backprop_step, dni_step, synthetic_loss_step
-from ..validation import check_choice, check_integer, check_learning_rate
+from ..validation import check_batch, check_bool, check_choice, check_fits_dtype, check_integer, check_learning_rate
 
 DTYPES = ("float32", "float64")
 # The methods whose hidden layers learn from generators rather than from the true gradient.
 DECOUPLED = ("dni", "cdni", "synthetic-loss")
 CHECKPOINT_FOLDER = "checkpoints"
+# The most memory that a network's parameters, their gradients and its update rule's state may take.  The
+# largest net the README trains (cDNI at depth 6 with 1024-1024 batch-norm generators, float32, Adam: 8.4
+# million parameters) needs 134 MB; 2 GiB is 16 times that and still leaves room for MNIST (188 MB) on an
+# 8 GB laptop; a network that size (134 million parameters) would take days per pass over MNIST on one core
+# (6 flops per parameter and example at the 90 GFLOP/s that docs/performance measures).
+MAX_NETWORK_BYTES = 2 * 2**30
 
 Progress = Callable[[str], None] | None
 
@@ -91,11 +102,13 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
     """
     if checkpoint_every is not None:
         check_integer(checkpoint_every, "checkpoint_every")
+    keep_step_losses = check_bool(keep_step_losses, "keep_step_losses")
 
     def say(line):
         if progress is not None:
             progress(f"{label} {line}")
 
+    session_start = time.perf_counter()  # reading the checkpoint is part of this session's time
     saved = resume_run(checkpoint, network, run, budget=steps, rng=rng, progress=say)
     if saved is None:
         step, order, position, losses = 0, np.arange(0), 0, []
@@ -103,7 +116,8 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
         history, step, order = saved.metadata["history"], saved.metadata["step"], saved.extra["order"]
         position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
         say(f"resumed from {checkpoint} at {unit} {step} of {steps}")
-    start = time.perf_counter() - history["wall_time"]
+    # The time before (summed over the sessions up to the checkpoint), then this session's on top.
+    start = session_start - history["wall_time"]
 
     def record_evaluation():
         history["wall_time"] = time.perf_counter() - start  # current, for the status line
@@ -198,6 +212,72 @@ def check_settings(config: Any, own: dict[str, Any]) -> None:
     }
     for field, value in {**own, **shared}.items():
         object.__setattr__(config, field, value)
+
+
+def check_split(data: Sequence[np.ndarray], batch_size: int, dtype: str,
+                check_targets: Callable[[Any, Any], None]) -> None:
+    """Check ``data = (x_train, y_train, x_test, y_test)`` before training on it in ``dtype``.
+
+    x arrays: finite floats (n, features), as many features in both, each
+    value within ``dtype``'s range; ``check_targets(y_train, y_test)`` checks
+    the experiment's own targets; every y has a row per row of its x; the
+    training set holds at least ``batch_size`` examples.
+    """
+    if not isinstance(data, (tuple, list)) or len(data) != 4:
+        raise TypeError(f"data must be a tuple (x_train, y_train, x_test, y_test); got {type(data).__name__}"
+                        + (f" of {len(data)} items" if isinstance(data, (tuple, list)) else ""))
+    x_train, y_train, x_test, y_test = data
+    check_batch(x_train, "x_train")
+    check_batch(x_test, "x_test", x_train.shape[1], width_name="the width of x_train")
+    check_targets(y_train, y_test)
+    for x_name, x, y_name, y in (("x_train", x_train, "y_train", y_train), ("x_test", x_test, "y_test", y_test)):
+        if len(x) != len(y):
+            raise ValueError(f"{x_name} and {y_name} must have as many rows; got {len(x)} and {len(y)}")
+        check_fits_dtype(x, x_name, dtype)
+    check_batch_fits(batch_size, len(x_train))
+
+
+def check_batch_fits(batch_size: int, examples: int) -> None:
+    """Refuse a ``batch_size`` larger than the training set's ``examples``: no full batch could be drawn."""
+    if examples < batch_size:
+        raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({examples} examples); "
+                         "use a smaller batch_size or more training examples")
+
+
+def check_network_size(parameters: int, dtype: str, update_rule: str, what: str) -> None:
+    """Refuse, before it is built, a network whose arrays would take more than :data:`MAX_NETWORK_BYTES`.
+
+    parameters : how many numbers the network learns.  Each takes ``dtype``'s
+    bytes, once as a parameter, once as a gradient and once per array of the
+    update rule's state (two for Adam).  ``what`` names the network in the message.
+    """
+    state = get_update_rule(update_rule).init_state(np.zeros(1))
+    arrays = 2 + sum(np.shape(value) == (1,) for value in state.values())
+    needed = parameters * arrays * np.dtype(dtype).itemsize
+    if needed > MAX_NETWORK_BYTES:
+        raise ValueError(f"{what} would need {needed:,} bytes ({needed / 2**30:,.1f} GiB) for its {parameters:,} "
+                         f"parameters, their gradients and {update_rule}'s state, more than the "
+                         f"{MAX_NETWORK_BYTES / 2**30:g} GiB that sgrad allows "
+                         "(sgrad.experiments.loop.MAX_NETWORK_BYTES); use smaller widths")
+
+
+def check_out_dir(out_dir: str | os.PathLike[str] | None, name: str = "out_dir") -> None:
+    """Check, before any work, that the results folder ``out_dir`` can be made and written to (None: no folder).
+
+    Nothing is created here: the folder is made when the first file is written.
+    """
+    if out_dir is None:
+        return
+    if not isinstance(out_dir, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a folder's path (str or pathlib.Path); got {type(out_dir).__name__}")
+    path = existing = pathlib.Path(out_dir)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(f"{name} {path} cannot be made: {existing} is a file, not a folder; choose another folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{name} {path} cannot be made: you may not write in {existing}; "
+                         "choose a folder you can write to")
 
 
 def check_methods(methods: str | Sequence[str], known: Sequence[str]) -> list[str]:

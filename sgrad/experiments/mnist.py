@@ -28,15 +28,17 @@ from typing import Any
 
 import numpy as np
 
+from data_gen.checks import check_integers
+
 from ..blocks import dense_block
-from ..checkpoint import fingerprint
+from ..checkpoint import fingerprint, made_by
 from ..dni import DNIBlock
 from ..generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from ..layers import Layer
 from ..losses import softmax_cross_entropy
-from ..validation import check_bool, check_choice, check_integer, check_widths
-from .loop import (DECOUPLED, atomic_write_text, check_methods, check_settings, checkpoint_path, run_and_report,
-                   take_step, train_loop)
+from ..validation import check_array_type, check_bool, check_choice, check_integer, check_widths
+from .loop import (DECOUPLED, atomic_write_text, check_batch_fits, check_methods, check_network_size, check_out_dir,
+                   check_settings, check_split, checkpoint_path, run_and_report, take_step, train_loop)
 
 PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss")
 GENERATORS = ("linear", "mlp")
@@ -111,6 +113,51 @@ def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]
     return layers
 
 
+def parameter_count(method: str, input_dim: int, config: PaperConfig) -> int:
+    """How many numbers :func:`build_network` 's network for ``method`` learns, counted without building it.
+
+    A dense block learns its weights and, with batch norm, gamma and beta (its
+    linear map then has no bias), else a bias; the top layer has weights and a
+    bias; a decoupled method adds a generator per hidden block, whose output
+    layer predicts ĝ (a loss, one number, for 'synthetic-loss').
+    """
+    def blocks(widths, batchnorm):
+        return sum(a * b + (2 * b if batchnorm else b) for a, b in zip(widths[:-1], widths[1:]))
+
+    count = blocks((input_dim,) + (config.hidden,) * (config.depth - 1), config.batchnorm)
+    count += config.hidden * NUM_CLASSES + NUM_CLASSES
+    if method in DECOUPLED:
+        widths = (config.hidden + (NUM_CLASSES if method == "cdni" else 0),
+                  *(config.generator_hidden if config.generator == "mlp" else ()))
+        outputs = 1 if method == "synthetic-loss" else config.hidden
+        count += (config.depth - 1) * (blocks(widths, config.generator_batchnorm) + widths[-1] * outputs + outputs)
+    return count
+
+
+def check_grid(methods: Sequence[str], depths: Sequence[int], config: PaperConfig, *, input_dim: int,
+               train_examples: int | None, checkpoint_every: int | None = None,
+               out_dir: str | os.PathLike[str] | None = None) -> list[PaperConfig]:
+    """Check a grid before any work: each depth, the batch against the training set, each network's size, the folder.
+
+    Returns the config of each depth.  :func:`run_grid` calls it; the command
+    line calls it before it loads MNIST (``input_dim`` 784, and
+    ``train_examples=None`` when the archive's size is not known yet).
+    """
+    if isinstance(depths, (str, bytes)) or not isinstance(depths, Sequence) or not depths:
+        raise TypeError(f"depths must be a non-empty sequence of depths such as (3, 4); got {depths!r}")
+    configs = [dataclasses.replace(config, depth=depth) for depth in depths]
+    if train_examples is not None:
+        check_batch_fits(config.batch_size, train_examples)
+    for cell_config in configs:
+        for method in methods:
+            check_network_size(parameter_count(method, input_dim, cell_config), cell_config.dtype,
+                               cell_config.update_rule, f"the {method} network of depth {cell_config.depth}")
+    if checkpoint_every is not None:
+        check_integer(checkpoint_every, "checkpoint_every")
+    check_out_dir(out_dir)
+    return configs
+
+
 def _generator(method, width, config, rng, dtype):
     condition_dim = NUM_CLASSES if method == "cdni" else 0
     hidden = config.generator_hidden if config.generator == "mlp" else ()
@@ -177,7 +224,12 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
     """
     config = PaperConfig() if config is None else config
     check_choice(method, "method", PAPER_METHODS)
+    check_split(data, config.batch_size, config.dtype, _check_labels)
     x_train, y_train, x_test, y_test = data
+    check_network_size(parameter_count(method, x_train.shape[1], config), config.dtype, config.update_rule,
+                       f"the {method} network of depth {config.depth}")
+    # In the network's dtype: float64 data would turn every product of a float32 network into float64.
+    x_train, x_test = np.asarray(x_train, dtype=config.dtype), np.asarray(x_test, dtype=config.dtype)
     onehot = np.eye(NUM_CLASSES, dtype=config.dtype)
     layers = build_network(method, x_train.shape[1], config)
 
@@ -190,7 +242,7 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
         history["iteration"].append(iteration)
         history["test_accuracy"].append(accuracy(layers, x_test, y_test))
         history["train_loss"].append(float(np.mean(losses)))
-        return (f"iteration {iteration}/{config.iterations}  loss {history['train_loss'][-1]:.4f}  "
+        return (f"iteration {iteration}/{config.iterations}  train loss {history['train_loss'][-1]:.4f}  "
                 f"test accuracy {100 * history['test_accuracy'][-1]:.2f}%  ({history['wall_time']:.0f} s)")
 
     run = {"trainer": "sgrad.experiments.mnist.train_paper", "method": method, "data": fingerprint(*data),
@@ -214,9 +266,11 @@ def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER
              checkpoint_every: int | None = None) -> dict[tuple[str, int], dict[str, Any]]:
     """Train every method at every depth; returns ``{(method, depth): history}``.
 
+    Everything is checked before the first cell trains (:func:`check_grid`).
     With ``out_dir``, each finished cell is saved there at once (``cells/<method>-depth<d>.json``,
-    with its settings); a later call with the same settings loads it instead of
-    training again, so an interrupted grid resumes.  With ``checkpoint_every``
+    with its settings and the code that made it, :func:`sgrad.checkpoint.made_by`); a later call
+    with the same settings and the same code loads it instead of training again, so an
+    interrupted grid resumes.  With ``checkpoint_every``
     too, the cell in training is checkpointed every that many iterations
     (``checkpoints/<method>-depth<d>.npz``), so an interrupted cell carries on
     mid-way, bit for bit (see :func:`train_paper`).  A cell that diverges
@@ -226,15 +280,18 @@ def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER
     """
     config = PaperConfig() if config is None else config
     methods = check_methods(methods, PAPER_METHODS)
+    check_split(data, config.batch_size, config.dtype, _check_labels)
+    configs = check_grid(methods, depths, config, input_dim=data[0].shape[1], train_examples=len(data[0]),
+                         checkpoint_every=checkpoint_every, out_dir=out_dir)
     # A cached cell is reused only for the same settings and the same data.
     data_tag = {"train_examples": len(data[0]), "test_examples": len(data[2]),
                 "labels_sha256": hashlib.sha256(np.ascontiguousarray(data[1]).tobytes()).hexdigest()}
     results = {}
-    for depth in depths:
-        cell_config = dataclasses.replace(config, depth=depth)
+    for cell_config in configs:
+        depth = cell_config.depth
         for method in methods:
             label = f"[{method}, depth {depth}]"
-            cached = _load_cell(out_dir, method, cell_config, data_tag)
+            cached = _load_cell(out_dir, method, cell_config, data_tag, progress, label)
             if cached is not None:
                 if progress is not None:
                     progress(f"{label} loaded from {out_dir}")
@@ -282,11 +339,18 @@ def write_grid(results: Mapping[tuple[str, int], Mapping[str, Any]], out_dir: st
     plot_paper(results, out / "paper.png")
 
 
+def _check_labels(y_train, y_test):
+    for name, y in (("y_train", y_train), ("y_test", y_test)):
+        check_array_type(y, name, "a NumPy array of integer labels, shape (n,)")
+        check_integers(y, name, below=NUM_CLASSES)
+
+
 def _cell_path(out_dir, method, config):
     return pathlib.Path(out_dir) / "cells" / f"{method}-depth{config.depth}.json"
 
 
-def _load_cell(out_dir, method, config, data_tag):
+def _load_cell(out_dir, method, config, data_tag, progress, label):
+    """The cached cell's history if it was made by this code, with these settings and data; else None."""
     if out_dir is None:
         return None
     path = _cell_path(out_dir, method, config)
@@ -296,6 +360,11 @@ def _load_cell(out_dir, method, config, data_tag):
     wanted = json.loads(json.dumps(dataclasses.asdict(config)))
     if _relevant(method, record.get("config") or {}) != _relevant(method, wanted) or record.get("data") != data_tag:
         return None  # made with other settings or other data: train again
+    if record.get("code") != made_by():
+        if progress is not None:
+            progress(f"{label} not reusing {path}: it was made by other code (another sgrad version or source); "
+                     "training again")
+        return None
     return record["history"]
 
 
@@ -310,4 +379,5 @@ def _save_cell(out_dir, method, config, data_tag, history):
     if out_dir is None:
         return
     atomic_write_text(_cell_path(out_dir, method, config), json.dumps(
-        {"method": method, "config": dataclasses.asdict(config), "data": data_tag, "history": history}))
+        {"method": method, "config": dataclasses.asdict(config), "data": data_tag, "code": made_by(),
+         "history": history}))

@@ -1,0 +1,252 @@
+"""Grade a homework notebook: run it in a Jupyter kernel, then check the classes the student wrote.
+
+    python -m sgrad.grading path/to/08_homework.ipynb
+
+The notebook runs top to bottom in a fresh ``python3`` kernel, driven by nbclient (the library that
+nbconvert and nbmake use to execute notebooks), with ``SGRAD_SMOKE=1`` so that its training cells stay
+short.  A cell that raises does not stop the run, and a cell still running after ``--timeout`` seconds
+is interrupted.  Then, in the same kernel, each exercise's checker from :mod:`sgrad.checks` runs on the
+class the student wrote (``MyLayer``, ``MyDNI``, ``MyFullDNI``), one cell per exercise, so that a
+method that never returns costs only its own exercise.
+
+Prints the cells that raised, then a ✓ or ✗ per exercise with the checker's message.  The exit status
+is 0 if every exercise passed, 1 if any failed, and 2 if the notebook could not be graded (no such
+file, not a notebook, no kernel).  The grader trusts the notebook not to tamper with the checkers.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import os
+import pathlib
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .checks import CheckResult
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One exercise of notebook 08: the method the student writes, the class holding it, its checker."""
+
+    number: int
+    method: str
+    class_name: str
+    checker: str  # a function of sgrad.checks, called with the student's class
+
+    @property
+    def title(self) -> str:
+        return f"Exercise {self.number}, {self.method} ({self.class_name})"
+
+
+EXERCISES = (
+    Exercise(1, "Layer.backward", "MyLayer", "check_layer_backward"),
+    Exercise(2, "DNI.forward_and_synthetic_update", "MyDNI", "check_dni_update"),
+    Exercise(3, "DNI.update_synthetic_weights", "MyFullDNI", "check_generator_update"),
+)
+TIMEOUT = 300  # seconds a cell may run, the notebook's own and the checks alike
+# A check's result leaves the kernel as display data of its own type, apart from what the student's code prints.
+RESULT_TYPE = "application/vnd.sgrad.check+json"
+CHECK_CELL = """\
+import sgrad.checks as _sgrad_checks
+from IPython.display import display as _sgrad_display
+if {class_name!r} in globals():
+    _sgrad_result = _sgrad_checks.{checker}({class_name})
+    _sgrad_display({{{result_type!r}: {{"passed": _sgrad_result.passed, "message": _sgrad_result.message}}}}, raw=True)
+else:
+    _sgrad_display({{{result_type!r}: {{"passed": False, "message": None}}}}, raw=True)
+"""
+
+
+@dataclass
+class Grades:
+    """What grading found: a CheckResult per exercise, the notebook's cells that raised, and the seconds taken."""
+
+    results: list[CheckResult]
+    cell_errors: list[str]
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.results)
+
+    def __str__(self) -> str:
+        lines = [f"The notebook ran in {self.seconds:.1f} s (with SGRAD_SMOKE=1), then the checks of its "
+                 f"{len(self.results)} exercises."]
+        if self.cell_errors:
+            lines += ["Cells that raised an error:"] + [f"    {error}" for error in self.cell_errors]
+        lines += [""] + [str(result) for result in self.results]
+        passed = sum(result.passed for result in self.results)
+        lines += ["", f"{passed} of {len(self.results)} exercises passed."]
+        return "\n".join(lines)
+
+
+class GradingError(Exception):
+    """The notebook could not be graded; the message says why, for the person who ran the grader."""
+
+
+def read_notebook(path: pathlib.Path) -> Any:
+    """The notebook at ``path``, as nbformat version 4; GradingError if there is none."""
+    import nbformat  # here: only grading needs the notebook libraries (the "notebooks" extra)
+
+    if not path.is_file():
+        raise GradingError(f"no notebook at {path}")
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+    except Exception as error:  # nbformat says "not JSON", "missing a key", ...: any of them means not a notebook
+        raise GradingError(f"{path} is not a Jupyter notebook ({type(error).__name__}: {error})") from None
+    return notebook
+
+
+def grade(path: pathlib.Path, *, timeout: int = TIMEOUT) -> Grades:
+    """Run the notebook at ``path`` in a fresh kernel, then each exercise's checker on the student's class."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    notebook = read_notebook(path)
+    first_check = len(notebook.cells)
+    notebook.cells += [nbformat.v4.new_code_cell(CHECK_CELL.format(class_name=exercise.class_name,
+                                                                   checker=exercise.checker, result_type=RESULT_TYPE))
+                       for exercise in EXERCISES]
+    # The kernel's log level keeps its own warnings (one about TCP on every start) out of the report.
+    client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
+                            interrupt_on_timeout=True, extra_arguments=["--log-level=ERROR"],
+                            resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    died = False
+    interrupted = _interruptible(client)
+    try:
+        client.execute(env={**os.environ, "SGRAD_SMOKE": "1"})
+    except DeadKernelError:
+        died = True
+    except Exception as error:
+        if not interrupted:  # the kernel did not start: not the notebook's fault
+            raise GradingError(f"could not run a python3 Jupyter kernel ({type(error).__name__}: {error}); "
+                               "install one with: pip install -e '.[notebooks]'") from None
+    if interrupted:  # nbclient has shut the kernel down by now
+        raise KeyboardInterrupt
+    seconds = time.perf_counter() - start
+    student_cells = notebook.cells[:first_check]
+    results = [_result(exercise, cell, student_cells, died, timeout)
+               for exercise, cell in zip(EXERCISES, notebook.cells[first_check:])]
+    return Grades(results, [f"{place}: {error}" for place, _, error in _cell_errors(student_cells)], seconds)
+
+
+class _Interrupted(Exception):
+    """Ctrl-C while grading: ends ``client.execute`` as an ordinary error, so that nbclient shuts its kernel down."""
+
+
+def _interruptible(client: Any) -> list[int]:
+    """Make Ctrl-C stop ``client``'s run cleanly; returns the list that each Ctrl-C appends its signal to.
+
+    The kernel runs in a session of its own, so the terminal's Ctrl-C reaches the grader alone.  Once
+    the kernel is up, the first Ctrl-C is passed on to the kernel (as Jupyter's own interrupt does), so
+    that its running cell stops, and the next cell to start raises :class:`_Interrupted`; nbclient then
+    shuts the kernel down as after any error.  A second Ctrl-C kills the kernel at once.
+    """
+    interrupted: list[int] = []
+
+    def on_interrupt() -> None:
+        interrupted.append(signal.SIGINT)
+        pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGINT if len(interrupted) == 1 else signal.SIGKILL)
+
+    def listen(**_: Any) -> None:
+        # nbclient removes the loop's SIGINT handler when the run ends, whoever installed it.
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals here: not the main thread
+            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_interrupt)
+
+    def refuse_when_interrupted(**_: Any) -> None:
+        if interrupted:
+            raise _Interrupted
+
+    client.on_notebook_start = listen
+    client.on_cell_start = refuse_when_interrupted
+    return interrupted
+
+
+def _result(exercise, cell, student_cells, died, timeout):
+    """The CheckResult that ``cell`` (one exercise's check, run after the notebook) displayed, or why it has none."""
+    outputs = cell.get("outputs", [])
+    shown = [output["data"][RESULT_TYPE] for output in outputs if RESULT_TYPE in output.get("data", {})]
+    errors = [output for output in outputs if output["output_type"] == "error"]
+    if shown and shown[0]["message"] is not None:
+        return CheckResult(exercise.title, bool(shown[0]["passed"]), shown[0]["message"])
+    if shown:
+        message = (f"{exercise.class_name} is not defined: keep the name of the stub's class, "
+                   "and make sure the notebook runs from the top.")
+        message += "".join(f"\nThe cell that defines it, {place}, raised {error}"
+                           for place, source, error in _cell_errors(student_cells)
+                           if f"class {exercise.class_name}" in source)
+    elif died:
+        message = "the kernel died before this check finished: does the notebook call exit(), or run out of memory?"
+    elif errors and errors[0]["ename"] != "KeyboardInterrupt":  # a cell that times out is interrupted
+        message = f"the check could not run: {errors[0]['ename']}: {errors[0]['evalue']}"
+    else:
+        message = f"the check did not finish within {timeout} s: does {exercise.method} loop forever?"
+    return CheckResult(exercise.title, False, message)
+
+
+def _cell_errors(cells):
+    """``(place, source, error)`` for each code cell that raised: "code cell 3 (`class MyLayer(Layer):`)",
+    its source, and "NameError: ..."."""
+    code_cells = [cell for cell in cells if cell.cell_type == "code"]
+    for number, cell in enumerate(code_cells, start=1):
+        first_line = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
+        for output in cell.get("outputs", []):
+            if output["output_type"] == "error":
+                yield f"code cell {number} (`{first_line}`)", cell.source, f"{output['ename']}: {output['evalue']}"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Give ``parser`` the grader's arguments (the notebook, ``--timeout``); ``sgrad grade`` uses them too."""
+    parser.add_argument("notebook", type=pathlib.Path, help="the student's notebook, an .ipynb file")
+    parser.add_argument("--timeout", type=_positive_int, default=TIMEOUT, metavar="SECONDS",
+                        help=f"interrupt a cell still running after this many seconds (default {TIMEOUT})")
+    return parser
+
+
+DESCRIPTION = ("Run a student's homework notebook (08_homework.ipynb) in a Jupyter kernel and check each exercise "
+               "on the classes it defines. Exit status: 0 if every exercise passed, 1 if any failed, 2 if the "
+               "notebook could not be graded.")
+
+
+def run(args: argparse.Namespace, prog: str) -> int:
+    """Grade ``args.notebook``, print the report, and return the exit status (0, 1 or 2)."""
+    try:
+        grades = grade(args.notebook, timeout=args.timeout)
+    except GradingError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    print(f"Grading {args.notebook}")
+    print(grades)
+    return 0 if grades.passed else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sgrad.grading NOTEBOOK [--timeout SECONDS]``; returns the exit status."""
+    prog = "python -m sgrad.grading"
+    parser = add_arguments(argparse.ArgumentParser(prog=prog, description=DESCRIPTION))
+    return run(parser.parse_args(argv), prog)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of seconds; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 second; got {value}")
+    return value
+
+
+if __name__ == "__main__":
+    sys.exit(main())
