@@ -2,6 +2,7 @@
 
 ``sgrad compare`` trains backprop, no-bprop, DNI and cDNI side by side on binary addition;
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
+``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.grading`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
@@ -21,14 +22,19 @@ from . import grading
 from .experiments.loop import CHECKPOINT_FOLDER, DTYPES, check_out_dir
 from .experiments.mnist import GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
 from .experiments.mnist import results_table as paper_table
+from .experiments.parallel import ENGINES, check_runs, compare_parallel
+from .experiments.parallel import results_table as parallel_table
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
+from .parallel.engines import WorkerFailed
+from .parallel.pipeline import SCHEDULE_NAMES
 from .validation import check_integer, check_number
 
 DEFAULTS = TrainConfig()
 PAPER_DEFAULTS = PaperConfig()
 DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by side on binary addition; "
                "sgrad paper runs the paper's MNIST experiments over methods and depths; "
+               "sgrad parallel trains every block in its own worker, by each schedule, against wall-clock time; "
                "sgrad grade checks a student's homework notebook.")
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 
@@ -94,6 +100,10 @@ def _subset_of(choices):
             raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(choices)}; got {text!r}")
         return chosen
     return parse
+
+
+def _worker_counts(text):
+    return _whole_numbers(text, "numbers of workers", "1,2", 1)
 
 
 def _depths(text):
@@ -197,6 +207,58 @@ def build_parser() -> argparse.ArgumentParser:
                           "interrupted cell carries on from there (default 500; 0: no checkpoints)")
     pap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
+    par = commands.add_parser(
+        "parallel", help="every block in its own worker: backprop, pipelined backprop, DNI and cDNI in wall-clock time",
+        description="Train the paper's MNIST net with every block in its own worker (local processes, or Ray actors), "
+                    "by each schedule on each number of workers, from the same initial weights on the same batches; "
+                    "finished runs are cached in --out and the running one is checkpointed, so an interrupted "
+                    "comparison resumes. Writes results.md, timeline.png, accuracy_time.png and histories.json.")
+    par.add_argument("--schedules", type=_subset_of(SCHEDULE_NAMES), default=SCHEDULE_NAMES,
+                     help=f"comma-separated subset of {','.join(SCHEDULE_NAMES)} (default: all)")
+    par.add_argument("--workers", type=_worker_counts, default=(1, 2),
+                     help="comma-separated numbers of workers, at most --depth - 1 each (default 1,2)")
+    par.add_argument("--staleness", type=_int_at_least(0), default=0,
+                     help="DNI: how many batches a generator may predict for before regressing onto an earlier "
+                          "batch's target (default 0: exactly the single-process DNI step)")
+    par.add_argument("--engine", choices=ENGINES, default="local",
+                     help="local processes (default) or Ray actors (pip install 'sgrad[ray]')")
+    par.add_argument("--ray-address", default=None,
+                     help="the Ray cluster to run on, e.g. 192.168.1.10:6379 (default: a Ray started for each run "
+                          "on this machine)")
+    par.add_argument("--budget", type=_positive_float, default=60.0,
+                     help="wall-clock seconds at which the table reads each run's test accuracy (default 60)")
+    par.add_argument("--depth", type=_int_at_least(2), default=PAPER_DEFAULTS.depth,
+                     help=f"layers in all: hidden blocks and the top (default {PAPER_DEFAULTS.depth})")
+    par.add_argument("--iterations", type=_int_at_least(1), default=1000, help="default 1000")
+    par.add_argument("--batch-size", type=_int_at_least(2), default=PAPER_DEFAULTS.batch_size,
+                     help=f"default {PAPER_DEFAULTS.batch_size}")
+    par.add_argument("--hidden", type=_int_at_least(1), default=PAPER_DEFAULTS.hidden,
+                     help=f"width of each hidden block (default {PAPER_DEFAULTS.hidden})")
+    par.add_argument("--generator", choices=GENERATORS, default=PAPER_DEFAULTS.generator,
+                     help=f"synthetic-gradient generator (default {PAPER_DEFAULTS.generator})")
+    par.add_argument("--generator-hidden", type=_widths, default=PAPER_DEFAULTS.generator_hidden,
+                     help="hidden widths of the mlp generator (default "
+                          f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))})")
+    par.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
+                     help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
+    par.add_argument("--generator-lr", type=_positive_float, default=None, help="generators' learning rate (default: --lr)")
+    par.add_argument("--eval-every", type=_int_at_least(1), default=100,
+                     help="iterations between test-accuracy measurements (default 100)")
+    par.add_argument("--train-subset", type=_int_at_least(1), default=None,
+                     help="train on this many examples drawn with --seed (default: all 60000)")
+    par.add_argument("--no-verify", action="store_true",
+                     help="accept an archive in the mnist.npz layout that is not the real MNIST (no hash check)")
+    par.add_argument("--dtype", choices=DTYPES, default=PAPER_DEFAULTS.dtype,
+                     help=f"the networks' and the images' float type (default {PAPER_DEFAULTS.dtype})")
+    par.add_argument("--seed", type=_int_at_least(0), default=0, help="fixes weights, generators and batches (default 0)")
+    par.add_argument("--data", type=_mnist_path, default=None,
+                     help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
+    par.add_argument("--out", default="results/parallel", help="output and cache folder (default results/parallel)")
+    par.add_argument("--checkpoint-every", type=_int_at_least(0), default=500, metavar="ITERATIONS",
+                     help="save the running run's state in --out/checkpoints every ITERATIONS iterations, so an "
+                          "interrupted run carries on from there (default 500; 0: no checkpoints)")
+    par.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
     grading.add_arguments(commands.add_parser(
         "grade", help="run a student's homework notebook and check each exercise",
         description=grading.DESCRIPTION))
@@ -209,12 +271,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "grade":
             return grading.run(args, prog="sgrad grade")
-        command, written = ((_paper, "results.md, paper.png and histories.json") if args.command == "paper"
+        command, written = ((_parallel, "results.md, timeline.png, accuracy_time.png and histories.json")
+                            if args.command == "parallel" else
+                            (_paper, "results.md, paper.png and histories.json") if args.command == "paper"
                             else (_compare, "history.json, compare.png and results.md"))
         check_out_dir(args.out, "--out")
         table = command(args)
     except (ValueError, TypeError, OSError) as error:
         parser.exit(2, f"sgrad {args.command}: error: {error}\n")
+    except WorkerFailed as error:  # a worker of sgrad parallel raised or died: every worker has stopped
+        parser.exit(1, f"sgrad {args.command}: {error}\n")
     except KeyboardInterrupt:
         parser.exit(INTERRUPTED, f"sgrad {args.command}: interrupted; {_after_interrupt(args)}\n")
     print(table)
@@ -258,6 +324,32 @@ def _paper(args: argparse.Namespace) -> str:
     results = run_grid(tuple(data), methods=args.methods, depths=args.depths, config=config, out_dir=args.out,
                        progress=None if args.quiet else print_progress, checkpoint_every=args.checkpoint_every or None)
     return paper_table(results)
+
+
+def _parallel(args: argparse.Namespace) -> str:
+    import importlib.util
+
+    from data_gen.mnist import load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
+
+    config = PaperConfig(
+        depth=args.depth, iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
+        generator=args.generator, generator_hidden=args.generator_hidden, alpha=args.lr,
+        generator_alpha=args.generator_lr, eval_every=args.eval_every, dtype=args.dtype, seed=args.seed)
+    checkpoint_every = args.checkpoint_every or None
+    # Before MNIST is loaded (or downloaded); compare_parallel checks again against the data it gets.
+    check_runs(args.schedules, args.workers, config, staleness=args.staleness, budget=args.budget, engine=args.engine,
+               train_examples=args.train_subset, out_dir=args.out, checkpoint_every=checkpoint_every)
+    if args.ray_address is not None and args.engine != "ray":
+        raise ValueError("--ray-address is the address of a Ray cluster: use it with --engine ray")
+    if args.engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise ValueError("--engine ray needs Ray: install it with pip install 'sgrad[ray]'")
+    data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
+                         seed=args.seed if args.train_subset else None)
+    results = compare_parallel(tuple(data), schedules=args.schedules, workers=args.workers, config=config,
+                               staleness=args.staleness, budget=args.budget, engine=args.engine,
+                               ray_address=args.ray_address, out_dir=args.out, checkpoint_every=checkpoint_every,
+                               progress=None if args.quiet else print_progress)
+    return parallel_table(results, config, args.budget)
 
 
 if __name__ == "__main__":

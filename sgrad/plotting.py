@@ -1,7 +1,7 @@
 """Figures comparing training methods.  Written with matplotlib's object API (no pyplot state)."""
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,6 +77,59 @@ def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str |
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy (%)")
     axes[0].legend(fontsize="small", loc="lower right")
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+TIMELINE_COLORS = {"forward": "tab:blue", "backward": "tab:orange", "update": "tab:green", "wait": "0.85"}
+
+
+def plot_timeline(timelines: Mapping[str, Sequence[Any]], path: str | os.PathLike[str] | None = None) -> Figure:
+    """What each worker did and when: one panel per run, one row per worker, a bar per event, coloured by its kind.
+
+    timelines: ``{title: events}``, the events of :func:`sgrad.parallel.train_parallel` 's timeline
+    (``(worker, kind, step, start, end)``, :mod:`sgrad.parallel.timeline`); each panel's clock starts
+    at its first event.  Saves a PNG to ``path`` if given; returns the figure.
+    """
+    fig = Figure(figsize=(11, 1.2 + 1.3 * len(timelines)), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(len(timelines), 1))
+    for ax, (title, events) in zip(axes, timelines.items()):
+        start = min(e.start for e in events)
+        workers = sorted({e.worker for e in events})
+        for row, worker in enumerate(workers):
+            for kind, color in TIMELINE_COLORS.items():
+                bars = [(1e3 * (e.start - start), 1e3 * (e.end - e.start)) for e in events
+                        if e.worker == worker and e.kind == kind]
+                ax.broken_barh(bars, (row - 0.4, 0.8), facecolors=color, label=kind if row == 0 else None)
+        ax.set_yticks(range(len(workers)), [f"worker {w}" for w in workers])
+        ax.invert_yaxis()
+        ax.set_title(title, loc="left", fontsize="medium")
+        ax.set_xlabel("time (ms)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside upper right", ncols=len(TIMELINE_COLORS),
+               fontsize="small")
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def plot_accuracy_against_time(histories: Mapping[str, Mapping[str, Any]],
+                               path: str | os.PathLike[str] | None = None) -> Figure:
+    """Test accuracy against wall-clock seconds, one line per run.
+
+    histories: ``{label: history}``, each with ``evaluation_time`` (the wall-clock seconds at each
+    evaluation, as :func:`sgrad.parallel.train_parallel` records them) and ``test_accuracy``.
+    Saves a PNG to ``path`` if given; returns the figure.
+    """
+    fig = Figure(figsize=(6.5, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for label, history in histories.items():
+        ax.plot(history["evaluation_time"], 100 * np.asarray(history["test_accuracy"]), marker=".", label=label)
+    ax.set(xlabel="wall-clock time (s)", ylabel="test accuracy (%)", title="Test accuracy against wall-clock time")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="lower right")
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig

@@ -1,0 +1,124 @@
+"""The local engine, the default: one process per worker on this machine, with the standard library's multiprocessing.
+
+Each worker runs in a fresh interpreter (the 'spawn' start method) whose environment asks for one
+BLAS thread before its NumPy loads.  Messages between workers go through one
+``multiprocessing.Queue`` per worker (its inbox); a queue's feeder thread sends them while the
+worker computes.  Reports go to the driver through one pipe per worker.  Workers ignore Ctrl-C:
+the driver, which gets it, stops them all; and a worker whose driver has gone exits at once.
+"""
+
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from multiprocessing.connection import wait
+from typing import Any
+
+from .engines import ONE_BLAS_THREAD, Engine, WorkerFailed, describe
+from .messages import Message, Report
+
+
+class LocalEngine(Engine):
+    """One process per worker; ``stop_timeout``: seconds a process gets to end after SIGTERM before SIGKILL."""
+
+    name = "local"
+
+    def __init__(self, stop_timeout: float = 5.0) -> None:
+        self.stop_timeout = stop_timeout
+        self.workers: list[Any] = []
+        self.processes: list[Any] = []
+        self.connections: dict[int, Any] = {}
+        self.queues: list[Any] = []
+
+    def start(self, workers: list[Any]) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.workers = workers
+        self.queues = [context.Queue() for _ in workers]
+        with environment(ONE_BLAS_THREAD):
+            for worker in workers:
+                receiver, sender = context.Pipe(duplex=False)
+                neighbours = {j: self.queues[j] for j in (worker.index - 1, worker.index + 1) if 0 <= j < len(workers)}
+                process = context.Process(target=serve, args=(worker, self.queues[worker.index], neighbours, sender),
+                                          name=f"sgrad {describe(worker)}", daemon=True)
+                process.start()
+                sender.close()  # the child has its own end; ours would keep the pipe open after the child is gone
+                self.processes.append(process)
+                self.connections[worker.index] = receiver
+
+    def next_report(self, timeout: float) -> Report | None:
+        alive = [p.sentinel for p in self.processes if p.exitcode is None]
+        wait([*self.connections.values(), *alive], timeout)
+        for index, connection in list(self.connections.items()):
+            if connection.poll():  # reports first: a worker that raised has said why before it exited
+                try:
+                    return connection.recv()
+                except EOFError:
+                    del self.connections[index]
+        for worker, process in zip(self.workers, self.processes):
+            if process.exitcode not in (None, 0):
+                raise WorkerFailed(f"{describe(worker)} died: {exit_cause(process.exitcode)}")
+        return None
+
+    def stop(self) -> None:
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+        for process in self.processes:
+            process.join(self.stop_timeout)
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for queue in self.queues:
+            queue.cancel_join_thread()
+            queue.close()
+        for connection in self.connections.values():
+            connection.close()
+
+
+def serve(worker: Any, inbox: Any, neighbours: dict[int, Any], connection: Any) -> None:
+    """A worker process's body: the worker's loop; if it raises (having reported why), exit with status 1."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops every worker
+    threading.Thread(target=exit_with_driver, daemon=True).start()
+
+    def send(j: int, message: Message) -> None:
+        neighbours[j].put(message)
+
+    try:
+        worker.run(inbox, send, connection.send)
+    except BaseException:
+        for queue in neighbours.values():
+            queue.cancel_join_thread()  # at exit, do not wait to hand messages to a worker that may be gone
+        sys.exit(1)
+
+
+def exit_with_driver() -> None:
+    """Wait for the driver's process to end; if this worker is still running then, end it at once."""
+    driver = multiprocessing.parent_process()
+    if driver is not None:
+        driver.join()
+        os._exit(1)
+
+
+def exit_cause(code: int) -> str:
+    """What a process's exit code says: ``'killed by signal SIGKILL (9)'``, ``'exited with status 1'``."""
+    if code < 0:
+        return f"killed by signal {signal.Signals(-code).name} ({-code})"
+    return f"exited with status {code}"
+
+
+@contextlib.contextmanager
+def environment(variables: dict[str, str]) -> Iterator[None]:
+    """Set ``variables`` in os.environ for the body (the processes started there inherit them), then restore it."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value

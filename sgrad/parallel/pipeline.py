@@ -1,0 +1,207 @@
+"""The driver: train a network on a pipeline of workers, and keep the run's history, checkpoints and timeline.
+
+:func:`train_parallel` cuts ``layers`` into stages (:func:`sgrad.parallel.worker.split_layers`),
+hands each to a worker, starts the workers on an engine (local processes by default, or Ray) and
+listens: it records the test accuracy the top worker reports, writes a checkpoint from the states
+every worker reports, and stops everything if a worker fails.  When it returns, the trained arrays
+are back in ``layers``, as after :func:`sgrad.experiments.loop.train_loop`; and the checkpoint is the
+same file that loop writes (:func:`sgrad.checkpoint.save_run`), so a run resumes from it.
+"""
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..checkpoint import load_network_state, resume_run, save_run
+from ..experiments.loop import TrainingDiverged
+from ..validation import check_batch, check_choice, check_integer, check_learning_rate
+from .engines import Engine, describe, failure
+from .local import LocalEngine
+from .schedules import SCHEDULES
+from .timeline import Event
+from .worker import BatchOrder, Plan, Worker, split_layers
+
+SCHEDULE_NAMES = tuple(SCHEDULES)
+REPORT_TIMEOUT = 0.5  # seconds the driver waits for a report before it looks at the workers again
+
+
+@dataclasses.dataclass
+class ParallelRun:
+    """What :func:`train_parallel` returns.
+
+    history : as :func:`sgrad.experiments.mnist.train_paper` 's: ``iteration``, ``test_accuracy``,
+        ``train_loss`` (per example, averaged since the last evaluation), ``evaluation_time`` (the
+        wall-clock seconds at each evaluation) and ``wall_time`` (in all; both count from the
+        driver's start, plus, on a resumed run, the time before its checkpoint).
+    timeline : every worker's recorded events (:mod:`sgrad.parallel.timeline`).
+    stale_targets : DNI: ``{s: how many generator targets came s steps late}``.
+    """
+
+    history: dict[str, Any]
+    timeline: list[Event]
+    stale_targets: dict[int, int]
+
+
+def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: str,
+                   loss_fn: Callable[[np.ndarray, np.ndarray], tuple[Any, np.ndarray]], alpha: float, steps: int,
+                   batch_size: int, rng: np.random.Generator, eval_every: int, workers: int | None = None,
+                   staleness: int = 0, engine: Engine | None = None, run: dict[str, Any] | None = None,
+                   checkpoint: str | os.PathLike[str] | None = None, checkpoint_every: int | None = None,
+                   timeline_steps: tuple[int, int] = (1, 20), progress: Callable[[str], None] | None = None,
+                   label: str = "[parallel]") -> ParallelRun:
+    """Train ``layers`` (hidden blocks, then a top layer) by ``schedule`` on ``workers`` workers.
+
+    data : ``(x_train, y_train, x_test, y_test)``; x: (n, features) in the network's dtype, y: integer labels (n,).
+    schedule : 'backprop', 'pipelined-backprop', 'dni' or 'cdni' (:mod:`sgrad.parallel.schedules`); DNI
+        needs :class:`~sgrad.DNIBlock` hidden blocks (cDNI's generators conditioned on the one-hot labels).
+    loss_fn, alpha : the loss, summed over the batch, and the learning rate of the top layer (and of
+        every layer under backprop); a DNI block uses its own ``alpha`` and ``generator_alpha``.
+    steps, batch_size, rng, eval_every : as in :func:`sgrad.experiments.loop.train_loop`: the same
+        batches, drawn by ``rng``, and the test accuracy after every ``eval_every`` steps and the last.
+    workers : 1 to the number of hidden blocks (default: one per block).
+    staleness : DNI's bound on a target's lateness (:mod:`sgrad.parallel.schedules`); 0 is exact.
+    engine : :class:`~sgrad.parallel.local.LocalEngine` (default) or :class:`~sgrad.parallel.ray_engine.RayEngine`.
+    run, checkpoint, checkpoint_every : as in ``train_loop``: a checkpoint of this ``run`` at
+        ``checkpoint`` is carried on from, and one is written every ``checkpoint_every`` steps and at the end.
+    timeline_steps : the first and last steps whose events every worker records.
+
+    Raises :class:`~sgrad.TrainingDiverged` if a number turns non-finite in a worker, and
+    :class:`~sgrad.parallel.engines.WorkerFailed` if a worker raises anything else or dies; every
+    worker has stopped by then, as it has when Ctrl-C interrupts the run.
+    """
+    check_choice(schedule, "schedule", SCHEDULE_NAMES)
+    blocks = len(layers) - 1
+    workers = blocks if workers is None else check_integer(workers, "workers")
+    if not 1 <= workers <= blocks:
+        raise ValueError(f"workers must be between 1 and the network's {blocks} hidden blocks (one block per worker "
+                         f"at most); got {workers}")
+    if schedule in ("dni", "cdni"):
+        _check_generators(layers[:-1], schedule, layers[-1].output_dim)
+    if checkpoint is not None and run is None:
+        raise ValueError("a checkpoint needs run=, what identifies the run (settings and data), to resume from it")
+    plan = Plan(schedule=schedule, steps=check_integer(steps, "steps"), start=0,
+                eval_every=check_integer(eval_every, "eval_every"),
+                save_every=None if checkpoint is None or checkpoint_every is None
+                else check_integer(checkpoint_every, "checkpoint_every"),
+                staleness=check_integer(staleness, "staleness", minimum=0), timeline=timeline_steps,
+                alpha=check_learning_rate(alpha), loss_fn=loss_fn, classes=layers[-1].output_dim)
+    x_train, y_train, x_test, y_test = data
+    _check_data(x_train, y_train, x_test, y_test, layers, check_integer(batch_size, "batch_size"))
+    history: dict[str, Any] = {"schedule": schedule, "workers": workers, "iteration": [], "test_accuracy": [],
+                               "train_loss": [], "evaluation_time": [], "wall_time": 0.0}
+    order, position, losses = np.arange(0), 0, []
+
+    def say(line):
+        if progress is not None:
+            progress(f"{label} {line}")
+
+    session_start = time.time()
+    saved = resume_run(checkpoint, layers, run or {}, budget=plan.steps, rng=rng, progress=say)
+    if saved is not None:
+        history, order = saved.metadata["history"], saved.extra["order"]
+        position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
+        plan = dataclasses.replace(plan, start=saved.metadata["step"])
+        say(f"resumed from {checkpoint} at iteration {plan.start} of {plan.steps}")
+    start = session_start - history["wall_time"]
+    stages = split_layers(len(layers), workers)
+    team = _workers(layers, stages, plan, data, BatchOrder(len(x_train), batch_size, rng.bit_generator.state, order,
+                                                           position), losses)
+
+    engine = LocalEngine() if engine is None else engine
+    events: list[Event] = []
+    stale: dict[int, int] = {}
+    states: dict[int, dict[int, tuple]] = {}  # step -> {worker: (arrays, loop state)}
+    done = 0
+    try:
+        engine.start(team)
+        while done < workers:
+            report = engine.next_report(REPORT_TIMEOUT)
+            if report is None:
+                continue
+            worker = team[report.worker]
+            if report.kind == "evaluation":
+                step, accuracy, loss, when = report.payload
+                history["wall_time"] = when - start
+                history["evaluation_time"].append(history["wall_time"])
+                history["iteration"].append(step)
+                history["test_accuracy"].append(accuracy)
+                history["train_loss"].append(loss)
+                say(f"iteration {step}/{plan.steps}  train loss {loss:.4f}  test accuracy {100 * accuracy:.2f}%  "
+                    f"({history['wall_time']:.0f} s)")
+            elif report.kind == "state":
+                step, arrays, loop = report.payload
+                states.setdefault(step, {})[report.worker] = (arrays, loop)
+                if len(states[step]) == workers:
+                    _gather(layers, stages, states.pop(step), rng, history, start, step, run, checkpoint)
+            elif report.kind == "timeline":
+                events += report.payload[0]
+                for lateness, count in report.payload[1].items():
+                    stale[lateness] = stale.get(lateness, 0) + count
+            elif report.kind == "error":
+                error = report.payload
+                if error["type"] == "FloatingPointError":
+                    history["diverged_at_iteration"] = error["step"]
+                    raise TrainingDiverged(f"{label} diverged at iteration {error['step']} in {describe(worker)}: "
+                                           f"{error['message']}. The learning rate (alpha={alpha}) is the likely "
+                                           "cause; try a smaller one.", history)
+                raise failure(worker, error)
+            elif report.kind == "done":
+                done += 1
+    finally:
+        engine.stop()
+    history["wall_time"] = time.time() - start
+    return ParallelRun(history, sorted(events, key=lambda e: (e.worker, e.start)), dict(sorted(stale.items())))
+
+
+def _workers(layers, stages, plan, data, batches, losses):
+    """A Worker per stage: the bottom one gets the training set, the test images and the batches; the top one the
+    test labels and the training losses since the last evaluation."""
+    x_train, y_train, x_test, y_test = data
+    bottom, top = 0, len(stages) - 1
+    return [Worker(k, len(stages), layers[stage.start:stage.stop], plan, first_layer=stage.start,
+                   train=(x_train, y_train) if k == bottom else None, test_x=x_test if k == bottom else None,
+                   batches=batches if k == bottom else None,
+                   test_y=y_test if k == top else None, losses=losses if k == top else None)
+            for k, stage in enumerate(stages)]
+
+
+def _gather(layers, stages, states, rng, history, start, step, run, checkpoint):
+    """Copy every worker's reported arrays into ``layers``; write the checkpoint if there is one."""
+    for k, stage in enumerate(stages):
+        load_network_state(layers[stage.start:stage.stop], states[k][0])
+    bottom, top = states[0][1], states[len(stages) - 1][1]
+    rng.bit_generator.state = bottom["rng"]
+    if checkpoint is not None:
+        history["wall_time"] = time.time() - start
+        save_run(checkpoint, layers, run, step=step, rng=rng, history=history,
+                 loop={"position": bottom["position"], "losses": top["losses"]}, extra={"order": bottom["order"]})
+
+
+def _check_data(x_train, y_train, x_test, y_test, layers, batch_size):
+    """The arrays fit the network: (n, input_dim) images in its dtype, one integer label per row, a batch's worth."""
+    dtype = layers[-1].weights.dtype
+    for name, x, y in (("x_train", x_train, y_train), ("x_test", x_test, y_test)):
+        check_batch(x, name, layers[0].input_dim, width_name="the network's input_dim")
+        if x.dtype != dtype:
+            raise TypeError(f"{name} must have the network's dtype, {dtype}; got {x.dtype}. Convert it with "
+                            f"{name}.astype(np.{dtype})")
+        if not isinstance(y, np.ndarray) or y.shape != (len(x),) or y.dtype.kind not in "iu":
+            raise ValueError(f"the labels of {name} must be an integer array of shape ({len(x)},); got "
+                             f"{getattr(y, 'dtype', type(y).__name__)} of shape {np.shape(y)}")
+    if len(x_train) < batch_size:
+        raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({len(x_train)} examples); "
+                         "use a smaller batch_size or more training examples")
+
+
+def _check_generators(blocks, schedule, classes):
+    condition_dim = classes if schedule == "cdni" else 0
+    for k, block in enumerate(blocks):
+        generator = getattr(block, "generator", None)
+        if generator is None or getattr(generator, "condition_dim", None) != condition_dim:
+            raise ValueError(f"schedule {schedule!r} needs every hidden block to be a DNIBlock whose generator takes "
+                             f"condition_dim={condition_dim}; block {k} is {block!r}. Build the network for "
+                             f"{schedule!r} (sgrad.experiments.mnist.build_network({schedule!r}, ...))")

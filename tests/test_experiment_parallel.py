@@ -1,0 +1,143 @@
+"""``sgrad parallel``, run as a user runs it (the console script in a subprocess, on a tiny archive in the MNIST
+layout): its table, figures and histories, its cache of finished runs, its refusals before any work, and Ctrl-C."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import tiny_mnist
+
+from sgrad.experiments.parallel import accuracy_at, examples_per_second, timeline_window
+from sgrad.parallel import SCHEDULE_NAMES
+
+SGRAD = Path(sys.executable).parent / "sgrad"
+TINY = ["--iterations", "6", "--eval-every", "3", "--hidden", "16", "--generator-hidden", "8", "--batch-size", "8",
+        "--workers", "1,2", "--budget", "1000", "--no-verify", "--dtype", "float64"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_parallel(cwd, *args, timeout=300):
+    return subprocess.run([str(SGRAD), "parallel", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """Every schedule on one and two workers, once: ``(result, out_dir, cwd)``."""
+    cwd = tmp_path_factory.mktemp("parallel")
+    result = run_parallel(cwd, *TINY, "--data", str(tiny_mnist(cwd)), "--out", "out")
+    return result, cwd / "out", cwd
+
+
+def table_rows(stdout):
+    rows = [line for line in stdout.splitlines() if line.startswith("|")][2:]  # the header and the rule
+    return [[cell.strip() for cell in row.split("|")[1:-1]] for row in rows]
+
+
+def test_the_command_prints_a_row_per_schedule_and_worker_count_and_writes_its_files(tiny):
+    result, out, _ = tiny
+    assert result.returncode == 0, result.stderr
+    assert [row[:2] for row in table_rows(result.stdout)] == [[s, k] for s in SCHEDULE_NAMES for k in ("1", "2")]
+    for name in ("timeline.png", "accuracy_time.png"):
+        assert (out / name).read_bytes().startswith(PNG_SIGNATURE)
+    assert (out / "results.md").read_text().strip() == result.stdout.strip()
+    assert result.stderr.splitlines()[-1] == (
+        "wrote out/results.md, timeline.png, accuracy_time.png and histories.json")
+
+
+def test_the_table_reads_each_runs_history(tiny):
+    result, out, _ = tiny
+    runs = {(r["schedule"], str(r["workers"])): r for r in json.loads((out / "histories.json").read_text())["runs"]}
+    for schedule, workers, speed, early, final, wall in table_rows(result.stdout):
+        history = runs[(schedule, workers)]["history"]
+        assert speed == f"{examples_per_second(history, 8):,.0f}"
+        assert early == f"{100 * accuracy_at(history, 1000):.2f}%"
+        assert final == f"{100 * history['test_accuracy'][-1]:.2f}%"
+        assert wall == f"{history['wall_time']:.1f} s"
+
+
+def test_exact_schedules_learn_the_same_on_one_and_two_workers(tiny):
+    _, out, _ = tiny
+    runs = {(r["schedule"], r["workers"]): r["history"] for r in json.loads((out / "histories.json").read_text())["runs"]}
+    for schedule in ("backprop", "dni", "cdni"):
+        assert runs[(schedule, 1)]["train_loss"] == runs[(schedule, 2)]["train_loss"], schedule
+        assert runs[(schedule, 1)]["test_accuracy"] == runs[(schedule, 2)]["test_accuracy"], schedule
+
+
+def test_every_run_records_the_timeline_of_the_steps_it_was_asked_for(tiny):
+    _, out, _ = tiny
+    first, last = timeline_window(6, 3)
+    for run in json.loads((out / "histories.json").read_text())["runs"]:
+        steps = {event["step"] for event in run["timeline"]}
+        assert steps and min(steps) >= first and max(steps) <= min(last, 6)
+        assert {event["worker"] for event in run["timeline"]} == set(range(run["workers"]))
+
+
+def test_a_rerun_loads_the_finished_runs_instead_of_training_them_again(tiny):
+    result, _, cwd = tiny
+    again = run_parallel(cwd, *TINY, "--data", str(cwd / "mnist.npz"), "--out", "out")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == result.stdout
+    loaded = [line for line in again.stderr.splitlines() if line.endswith("loaded from out")]
+    assert len(loaded) == 2 * len(SCHEDULE_NAMES)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--workers", "1,3"], "sgrad parallel: error: 3 workers need at least 3 hidden blocks, one per worker; a net of "
+                           "depth 3 has 2. Use fewer workers or a larger depth"),
+    (["--ray-address", "10.0.0.1:6379"], "sgrad parallel: error: --ray-address is the address of a Ray cluster: use "
+                                         "it with --engine ray"),
+    (["--staleness", "-1"], "sgrad parallel: error: argument --staleness: must be at least 0; got -1"),
+    (["--workers", "0"], "sgrad parallel: error: argument --workers: expected comma-separated numbers of workers "
+                         "such as 1,2; got '0'"),
+])
+def test_bad_arguments_are_refused_before_any_work(tmp_path, args, message):
+    result = run_parallel(tmp_path, "--data", str(tiny_mnist(tmp_path)), "--no-verify", "--out", "out", *args)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [message + (" (see 'sgrad parallel --help')" if "argument" in message else "")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mnist.npz"]
+
+
+def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path):
+    out = tmp_path / "out"
+    run = subprocess.Popen([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", "dni",
+                            "--workers", "2", "--data", str(tiny_mnist(tmp_path)), "--out", str(out)],
+                           cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    try:
+        first = run.stderr.readline()
+        assert first.startswith("[dni, 2 workers] iteration 3/1000000  train loss "), first
+        os.killpg(run.pid, signal.SIGINT)
+        stdout, rest = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)
+    assert run.returncode == 130
+    assert stdout == ""
+    assert [line for line in rest.splitlines() if not line.startswith("[dni, 2 workers] iteration")] == [
+        f"sgrad parallel: interrupted; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:  # the group empties: no worker outlived the command, nor did its helpers
+        try:
+            os.killpg(run.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("a process of the command's group outlived it")
+
+
+def test_examples_per_second_count_from_the_first_evaluation_to_the_last():
+    history = {"iteration": [100, 200, 300], "evaluation_time": [5.0, 7.0, 9.0]}
+    assert examples_per_second(history, 256) == pytest.approx(200 * 256 / 4.0)
+
+
+def test_the_accuracy_after_a_budget_is_the_last_one_measured_within_it():
+    history = {"test_accuracy": [0.5, 0.7, 0.9], "evaluation_time": [5.0, 7.0, 9.0]}
+    assert accuracy_at(history, 8.0) == 0.7
+    assert accuracy_at(history, 4.0) is None

@@ -1,0 +1,65 @@
+"""The schedule simulator on cases whose steady-state time per batch can be worked out by hand."""
+
+import pytest
+
+from sgrad.parallel.simulator import BlockTimes, scaling, throughput
+
+BATCH = 256
+
+
+def seconds_per_batch(schedule, blocks, top, workers, transfer=0.0):
+    return BATCH / throughput(schedule, blocks, top, workers, transfer=transfer, batch=BATCH)
+
+
+@pytest.mark.parametrize("schedule", ["backprop", "pipelined-backprop", "dni"])
+def test_one_worker_takes_the_sum_of_every_operation(schedule):
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0), BlockTimes(0.5, 1.0, 0.25, 1.5, 2.0)]
+    own = sum(b.forward + b.backward + b.update for b in blocks)
+    generators = sum(b.generator + b.regression for b in blocks) if schedule == "dni" else 0.0
+    assert seconds_per_batch(schedule, blocks, 0.7, 1) == pytest.approx(own + generators + 0.7)
+
+
+def test_locked_backprop_on_two_workers_waits_for_everything_but_the_top_workers_last_step():
+    # w0: f0, send (τ), [w1: f1, top, b1, send (τ)], b0, u0; w1's u1 runs while w0 finishes.
+    low, high = BlockTimes(1.0, 2.0, 0.5), BlockTimes(0.75, 1.5, 0.25)
+    expected = 1.0 + 0.75 + 0.3 + 1.5 + 2.0 + 0.5 + 2 * 0.1
+    assert seconds_per_batch("backprop", [low, high], 0.3, 2, transfer=0.1) == pytest.approx(expected)
+
+
+def test_dni_on_k_balanced_workers_is_k_times_faster_when_messages_are_free():
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0)] * 4
+    one = seconds_per_batch("dni", blocks, 0.0, 1)
+    for workers in (2, 4):
+        assert seconds_per_batch("dni", blocks, 0.0, workers) == pytest.approx(one / workers)
+
+
+def test_dni_with_slow_messages_shares_each_round_trip_between_two_batches_in_flight():
+    # Worker 0 forwards batch t+1 and sends it up before it waits for batch t's target, which needs h_t to go up (τ),
+    # worker 1's block, top, generator regression and prediction and backward pass (c1), and δ_t to come down (τ);
+    # then worker 0 finishes its step (the rest of w0).  That cycle covers two batches.
+    low, high = BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0), BlockTimes(0.5, 1.0, 0.25, 1.5, 2.0)
+    w0 = 1.0 + 4.0 + 3.0 + 2.0 + 0.5
+    c1 = 0.5 + 0.3 + 2.0 + 1.5 + 1.0
+    expected = (w0 + c1 + 2 * 100.0) / 2
+    assert seconds_per_batch("dni", [low, high], 0.3, 2, transfer=100.0) == pytest.approx(expected)
+
+
+def test_pipelined_backprop_is_paced_by_the_worker_that_runs_its_forward_pass_twice():
+    blocks = [BlockTimes(1.0, 2.0, 0.5)] * 3
+    # Below the top: f (batch t) + f again + b + u (batch t - d); the top: f + top + b + u.
+    assert seconds_per_batch("pipelined-backprop", blocks, 0.2, 3) == pytest.approx(1.0 + 1.0 + 2.0 + 0.5)
+    assert seconds_per_batch("pipelined-backprop", blocks, 2.0, 3) == pytest.approx(1.0 + 2.0 + 2.0 + 0.5)
+
+
+def test_scaling_gives_the_throughput_of_a_deep_net_on_each_worker_count():
+    block = BlockTimes(1e-3, 2e-3, 5e-4, 3e-3, 4e-3)
+    rates = scaling("dni", block, 0.0, blocks=64)
+    assert list(rates) == [1, 2, 4, 8, 16, 32, 64]
+    for workers, rate in rates.items():
+        assert rate == pytest.approx(workers * rates[1])
+
+
+def test_locked_backprop_gains_nothing_from_more_workers_but_the_overlapped_steps():
+    block = BlockTimes(1e-3, 2e-3, 0.0)
+    rates = scaling("backprop", block, 0.0, blocks=8, workers=(1, 2, 8))
+    assert rates[2] == pytest.approx(rates[1]) and rates[8] == pytest.approx(rates[1])
