@@ -34,8 +34,9 @@ def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.nda
                    input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
     """One decoupled update of ``module`` from its generator's ĝ; returns ``(δ, h, ĝ)``.
 
-    x: (batch, input_dim), the module's input h_{k-1}.  condition: c, (batch,
-    condition_dim) for a conditioned generator, else None.  δ is ĝ
+    x: (batch, input_dim), the module's input h_{k-1}, or (batch, channels, height,
+    width) for a convolutional block.  condition: c, (batch, condition_dim) for a
+    conditioned generator, else None.  δ is ĝ
     backpropagated through the module with its pre-update parameters
     (``input_delta=False`` skips it and returns None, for a module whose input
     is data).
@@ -54,7 +55,7 @@ def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.nda
     generator changes in place without listing them in ``buffers()``.
     """
     input_delta = validation.check_bool(input_delta, "input_delta")
-    if isinstance(x, np.ndarray) and x.ndim == 2:  # else module.forward says what is wrong with x
+    if isinstance(x, np.ndarray) and x.ndim in (2, 4):  # rows, or maps; else module.forward says what is wrong
         validation.check_condition(condition, generator.condition_dim, x.shape[0], "this DNI")
         for part in (module, generator):
             if isinstance(part, Module):

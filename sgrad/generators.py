@@ -20,7 +20,10 @@ oracle for a test, and pass it to :class:`sgrad.DNI` as ``generator=``):
 
 Here: :class:`LinearGenerator` (the blog's and the paper's), :class:`MLPGenerator`
 (hidden layers, optionally batch-normalised, as in the public TensorFlow
-reproduction) and :class:`SyntheticLossGenerator` (predicts a loss, not a gradient).
+reproduction), :class:`SyntheticLossGenerator` (predicts a loss, not a gradient)
+and :class:`ConvGenerator` (a small CNN, for the feature maps of a convolutional
+block: there h, ĝ and the target are (batch, channels, height, width), and
+``output_dim`` is the number of channels).
 """
 
 import copy
@@ -31,6 +34,7 @@ import numpy as np
 
 from . import validation
 from .blocks import Sequential, dense_block
+from .conv import Conv2d, conv_block
 from .layers import Layer
 from .module import Module
 from .nonlinearities import sigmoid
@@ -194,13 +198,29 @@ class SyntheticLossGenerator(MLPGenerator):
     real per-example loss).  ``forward`` returns ĝ (batch, output_dim) and keeps
     ``predicted_loss`` ℓ̂ (batch, 1); ``update(target, alpha)`` takes a target
     of shape (batch, 1).  ``hidden=()`` gives a linear model.
+
+    The output layer's weights start at zero, so ĝ = 0 at the start, and its bias
+    at ``softplus⁻¹(initial_loss)``, so ℓ̂ = ``initial_loss`` for every example:
+    give the loss you expect at the start, ln(classes) for a softmax
+    cross-entropy (the default, ln 2, is softplus(0)).  A wrong start is not
+    harmless: Adam moves the bias by at most about alpha per step, so the level
+    gap is closed through the output weights, each moving by the same amount
+    (the hidden ReLU activations are all non-negative); ℓ̂ then grows with the
+    hidden layer's total activity, the same direction for every example, and a
+    block descending ĝ collapses its features (the README's paper-scale section
+    has the measurement).
     """
 
     predicted_loss: np.ndarray | None
     _z: np.ndarray | None
 
-    def __init__(self, output_dim: int, condition_dim: int = 0, **options: Any) -> None:
+    def __init__(self, output_dim: int, condition_dim: int = 0, *, initial_loss: float = float(np.log(2.0)),
+                 **options: Any) -> None:
+        initial_loss = validation.check_number(initial_loss, "initial_loss", above=0,
+                                               example="2.3026 (ln 10, a uniform guess among 10 classes)")
         super().__init__(output_dim, condition_dim, prediction_dim=1, **options)
+        # softplus⁻¹(ℓ) = ℓ + log(1 - exp(-ℓ)), written so that it neither overflows nor loses small ℓ.
+        self.net.modules[-1].bias[...] = initial_loss + np.log(-np.expm1(-initial_loss))
         self.predicted_loss = None
         self._z = None
 
@@ -233,3 +253,46 @@ class SyntheticLossGenerator(MLPGenerator):
         self._gradients = dict(self.net.gradients)
         self.net.update(alpha)
         return loss
+
+
+class ConvGenerator(Generator):
+    """ĝ = CNN([h, c]) for feature maps h: (batch, channels, height, width); ĝ has the shape of h.
+
+    Hidden Conv→(BatchNorm)→ReLU blocks of ``hidden`` channels (default two of 32), then a
+    zero-initialised convolution to ``channels`` outputs, so that ĝ = 0 at the start; every
+    kernel is ``kernel_size``×``kernel_size`` (odd) and padded to keep the maps' size.  A
+    conditioned generator (cDNI) broadcasts c: (batch, condition_dim), e.g. the one-hot
+    labels, over the maps as ``condition_dim`` extra input channels, each constant over
+    its map.  ``output_dim`` is ``channels``, so it matches a conv block's ``output_dim``.
+    """
+
+    def __init__(self, channels: int, condition_dim: int = 0, *, hidden: Sequence[int] = (32, 32),
+                 kernel_size: int = 3, batchnorm: bool = True, update_rule: Any = None, seed: int | None = None,
+                 rng: np.random.Generator | None = None, dtype: Any = np.float64) -> None:
+        channels = validation.check_integer(channels, "channels")
+        condition_dim = validation.check_integer(condition_dim, "condition_dim", minimum=0)
+        kernel_size = validation.check_integer(kernel_size, "kernel_size")
+        if kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd, so that padding keeps the maps' size (ĝ has the shape of h); "
+                             f"got {kernel_size}. Use {kernel_size + 1} or {kernel_size - 1}")
+        rng = validation.make_rng(seed, rng)
+        widths = (channels + condition_dim, *validation.check_widths(hidden, "hidden"))
+        blocks = [conv_block(a, b, kernel_size, "relu", batchnorm=batchnorm, update_rule=update_rule, rng=rng,
+                             dtype=dtype) for a, b in zip(widths[:-1], widths[1:])]
+        out = Conv2d(widths[-1], channels, kernel_size, padding=kernel_size // 2, init="zeros",
+                     update_rule=update_rule, rng=rng, dtype=dtype)
+        super().__init__(Sequential(blocks + [out]), channels, condition_dim)
+
+    def _check(self, h, condition):
+        validation.check_feature_maps(h, "h", self.output_dim, channels_name="the generator's output_dim")
+        validation.check_condition(condition, self.condition_dim, h.shape[0], "this generator")
+
+    @staticmethod
+    def _join(h, condition):
+        """[h, c]: c (batch, condition_dim) broadcast to maps of h's size, as extra channels after h's."""
+        if condition is None:
+            return h
+        batch, _, height, width = h.shape
+        maps = np.broadcast_to(condition.astype(h.dtype, copy=False)[:, :, None, None],
+                               (batch, condition.shape[1], height, width))
+        return np.concatenate([h, maps], axis=1)

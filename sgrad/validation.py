@@ -18,9 +18,9 @@ import numpy as np
 
 from data_gen.checks import Seed, check_bool, check_integer, make_rng
 
-__all__ = ["Seed", "check_array_type", "check_batch", "check_bool", "check_choice", "check_condition", "check_fits_dtype",
-           "check_float_dtype", "check_integer", "check_learning_rate", "check_number", "check_same_shape",
-           "check_widths", "make_rng"]
+__all__ = ["Seed", "check_array_type", "check_batch", "check_bool", "check_choice", "check_condition", "check_feature_maps",
+           "check_fits_dtype", "check_float_dtype", "check_integer", "check_learning_rate", "check_number",
+           "check_same_shape", "check_widths", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 
@@ -151,13 +151,48 @@ def check_batch(array: Any, name: str, width: int | None = None, *, width_name: 
     return array
 
 
+def check_feature_maps(array: Any, name: str, channels: int | None = None, *,
+                       channels_name: str = "channels") -> np.ndarray:
+    """Check that ``array`` is a finite float array of shape ``(batch, channels, height, width)``; return it.
+
+    The 4-D twin of :func:`check_batch`, for convolutional modules (PyTorch's layout).
+    Every axis must be at least 1; ``channels=None`` accepts any number of channels.
+    """
+    expected = "(batch, channels, height, width)" if channels is None else f"(batch, {channels}, height, width)"
+    check_array_type(array, name, f"a NumPy array of shape {expected}")
+    if array.dtype.kind != "f":
+        raise TypeError(f"{name} must hold floats; got dtype {array.dtype}. Convert it with {name}.astype(np.float64).")
+    if array.ndim != 4:
+        hint = ""
+        if array.ndim == 3:
+            hint = f" For a single example use {name}[None]."
+        elif array.ndim == 2:
+            hint = (f" Flat rows (batch, features) go to a dense Layer; images of one channel are "
+                    f"{name}.reshape(batch, 1, height, width).")
+        raise ValueError(f"{name} must have shape {expected}; got shape {array.shape}.{hint}")
+    if channels is not None and array.shape[1] != channels:
+        raise ValueError(f"{name} must have shape {expected} ({channels} = {channels_name}); "
+                         f"got shape {array.shape}, i.e. {array.shape[1]} channels")
+    if 0 in array.shape:
+        raise ValueError(f"{name} is empty (shape {array.shape}); pass at least one example of at least one pixel")
+    if not np.isfinite(array).all():
+        example = int(np.argwhere(~np.isfinite(array))[0, 0])
+        raise ValueError(f"{name} holds NaN or inf (first in example {example}); check the data, or lower the "
+                         "learning rate if it came from a training run that diverged")
+    return array
+
+
 def check_same_shape(array: Any, name: str, reference: np.ndarray, reference_name: str, *,
                      same_dtype: bool = False) -> np.ndarray:
     """Check that ``array`` is a finite float array with the shape of ``reference``; return it.
 
-    ``same_dtype=True`` also asks for the dtype of ``reference``.
+    ``same_dtype=True`` also asks for the dtype of ``reference``.  A reference of
+    feature maps (4-D) asks for feature maps; any other, for a ``(batch, width)`` array.
     """
-    check_batch(array, name, reference.shape[1], width_name=f"the width of {reference_name}")
+    if reference.ndim == 4:
+        check_feature_maps(array, name, reference.shape[1], channels_name=f"the channels of {reference_name}")
+    else:
+        check_batch(array, name, reference.shape[1], width_name=f"the width of {reference_name}")
     if array.shape != reference.shape:
         raise ValueError(f"{name} must have the shape of {reference_name}, {reference.shape}; got shape {array.shape}")
     if same_dtype and array.dtype != reference.dtype:

@@ -18,12 +18,13 @@ LAYERS = [
     ["validation", "fast"],
     ["nonlinearities", "initializers", "kernels", "losses", "optimizers"],
     ["module"],
-    ["layers", "batchnorm", "blocks"],
+    ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
     ["steps", "checkpoint", "checks", "blackbox"],
-    ["experiments.loop"],
-    ["experiments.binary_addition", "experiments.mnist", "plotting", "grading"],
+    ["experiments.loop", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
+     "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
+    ["experiments.binary_addition", "experiments.mnist", "experiments.parallel", "plotting", "grading"],
     ["cli"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}

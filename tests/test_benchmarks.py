@@ -1,5 +1,5 @@
-"""The benchmarks' own pieces: the flat NumPy floor computes sgrad's step, the limit counts the products, and the
-profiling loop runs a row and sums a profile."""
+"""The benchmarks' own pieces: the flat NumPy floor computes sgrad's step, the limit counts the products, the
+profiling loop runs a row and sums a profile, and the CNN benchmark's two sides take the same step."""
 
 import pathlib
 import re
@@ -61,3 +61,13 @@ def test_profile_shares_count_the_innermost_sgrad_line_of_each_sample_inside_a_s
     assert total == 10
     assert rows == [(0.6, "linear_forward (kernels.py:51)"), (0.3, "batchnorm_forward (batchnorm.py:28)"),
                     (0.1, "backprop_step (steps.py:36)")]
+
+
+def test_the_cnn_benchmark_times_the_same_step_on_both_sides():
+    """From the same weights, sgrad's CNN step and PyTorch's reach the same loss and the same weights."""
+    pytest.importorskip("torch")
+    cnn_step = pytest.importorskip("cnn_step")
+    for rule in ("sgd", "adam"):
+        x, y = cnn_step.batch_of(4, np.dtype(np.float64), seed=0)
+        loss_gap, weight_gap = cnn_step.same_step(x, y, rule)
+        assert loss_gap < 1e-12 and weight_gap < 1e-12, f"{rule}: loss {loss_gap:.1e}, weights {weight_gap:.1e} apart"

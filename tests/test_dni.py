@@ -5,7 +5,8 @@ Layer and for a Linear→BatchNorm→ReLU block: the forward pass, ĝ = M(h, c),
 with the parameters from before the update, one step of the module's update rule on ĝ's gradients, and
 every check made before anything changes.  ``DNI`` and ``DNIBlock`` are specified by what they add: they
 run that step with their own alpha and keep ĝ, they train their generator with generator_alpha, and DNI's
-blog-style construction.  Stacks of DNI layers (sgrad.steps) are in test_steps.py.
+blog-style construction.  The last section runs the step over a convolutional block, whose h and ĝ are
+feature maps.  Stacks of DNI layers (sgrad.steps) are in test_steps.py.
 
 The batch-size rule and train/eval over a DNI's tree are in test_module.py; bad arguments shared by the
 whole public API (a cDNI without its condition, widths, NaN...) in test_bad_input.py.
@@ -23,6 +24,8 @@ from strategies import (MODULE_KINDS, batches, booleans, condition_dims, dtypes,
                         update_rules, widths)
 
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, MLPGenerator, dense_block, synthetic_step
+from sgrad.conv import conv_block
+from sgrad.generators import ConvGenerator
 from sgrad.kernels import dense_forward
 
 BATCH, IN, OUT, CONDITION = 6, 4, 5, 3
@@ -473,3 +476,97 @@ def test_keeps_its_dtype_through_a_step(dtype, batch, input_dim, output_dim, con
     assert_dtype(dtype, input_delta=input_delta, output=output, synthetic_gradient=layer.synthetic_gradient,
                  **{f"generator gradient of {k}": g for k, g in layer.generator.gradients.items()})
     assert_tree_dtype(dtype, layer, "DNI")  # the layer, its generator and the generator's net
+
+
+# --- a convolutional block under DNIBlock: h and ĝ are feature maps -----------------------------------
+# The step is synthetic_step, written once; these check that it takes (batch, channels, height, width).
+
+MAPS_IN, MAPS_OUT = (BATCH, 2, 6, 5), (BATCH, 3, 3, 2)  # a conv block 2 → 3 channels with 2×2 pooling
+
+
+def _conv_step_parts(seed=0, dtype=np.float64, rule=None):
+    """A Conv→BatchNorm→ReLU→pool block, a cDNI ConvGenerator with every parameter random (so ĝ is not zero),
+    maps x and one-hot labels c."""
+    rng = np.random.default_rng(seed)
+    block = conv_block(2, 3, 3, pool=2, update_rule=rule, rng=rng, dtype=dtype)
+    generator = ConvGenerator(3, CONDITION, hidden=(4,), update_rule=rule, rng=rng, dtype=dtype)
+    randomize(generator.parameters, rng)
+    x = normal(rng, *MAPS_IN, dtype=dtype)
+    c = np.eye(CONDITION, dtype=dtype)[rng.integers(0, CONDITION, BATCH)]
+    return block, generator, x, c
+
+
+def test_synthetic_step_over_a_conv_block_backpropagates_g_hat_and_steps_once():
+    block, generator, x, c = _conv_step_parts()
+    expected = _reference_step(block, generator, x, c)
+    assert expected.h.shape == MAPS_OUT and np.all(expected.g_hat != 0), "the test needs a non-zero ĝ"
+
+    delta, h, g_hat = synthetic_step(block, generator, x, c, ALPHA)
+
+    np.testing.assert_array_equal(h, expected.h)
+    np.testing.assert_array_equal(g_hat, expected.g_hat)
+    np.testing.assert_array_equal(delta, expected.delta)
+    assert delta.shape == MAPS_IN
+    for name, param in block.parameters.items():
+        np.testing.assert_array_equal(param, expected.before[name] - ALPHA * expected.gradients[name], err_msg=name)
+        assert np.any(param != expected.before[name]), f"{name} did not move"
+
+
+def test_a_dni_block_over_a_conv_block_takes_a_step_then_trains_its_generator_with_generator_alpha():
+    block, generator, x, c = _conv_step_parts()
+    owner = DNIBlock(block, generator, 0.05, generator_alpha=0.02)
+    assert (owner.input_dim, owner.output_dim, owner.condition_dim) == (2, 3, CONDITION)
+    delta, output = owner.forward_and_synthetic_update(x, c)
+    assert delta.shape == MAPS_IN and output.shape == MAPS_OUT
+    target = normal(np.random.default_rng(9), *MAPS_OUT)
+    reference = copy.deepcopy(owner.generator)
+
+    loss = owner.update_synthetic_weights(target)
+
+    assert loss == reference.update(target, 0.02)
+    for name, param in owner.generator.parameters.items():
+        np.testing.assert_array_equal(param, reference.parameters[name], err_msg=name)
+
+
+@pytest.mark.parametrize("x, condition, message", [
+    (np.zeros(MAPS_IN), None, r"this DNI is conditioned \(condition_dim=3\): pass condition=c"),
+    (np.zeros(MAPS_IN), _condition(rows=BATCH - 1), "the input has 6 rows, the condition has 5"),
+    (np.zeros((BATCH, 1, 6, 5)), _condition(), r"\(2 = this layer's in_channels\); got shape \(6, 1, 6, 5\)"),
+], ids=["missing-condition", "condition-of-another-row-count", "maps-of-another-channel-count"])
+def test_a_bad_step_over_a_conv_block_raises_before_anything_changes(x, condition, message):
+    block, generator, good_x, c = _conv_step_parts()
+    synthetic_step(block, generator, good_x, c, ALPHA)  # a first, good step fills every cache
+    before_block, before_generator = tree_state(block), tree_state(generator)
+    with pytest.raises(ValueError, match=message):
+        synthetic_step(block, generator, x, condition, ALPHA)
+    assert_same_state(block, before_block)
+    assert_same_state(generator, before_generator)
+
+
+class TransposedMapsGenerator(ConvGenerator):
+    """A user's generator whose ĝ has its maps' height and width swapped."""
+
+    def forward(self, h, condition=None):
+        return super().forward(h, condition).transpose(0, 1, 3, 2)
+
+
+def test_maps_of_g_hat_that_do_not_fit_h_are_refused_and_block_and_generator_are_as_they_were():
+    block, _, x, c = _conv_step_parts()
+    generator = TransposedMapsGenerator(3, CONDITION, hidden=(4,), seed=1)
+    before_block, before_generator = tree_state(block), tree_state(generator)
+    with pytest.raises(ValueError, match=r"the generator's synthetic gradient must have the shape of this layer's "
+                                         r"output, \(6, 3, 3, 2\); got shape \(6, 3, 2, 3\)"):
+        synthetic_step(block, generator, x, c, ALPHA)
+    assert_same_state(block, before_block)
+    assert_same_state(generator, before_generator)
+
+
+@pytest.mark.parametrize("rule", ["sgd", "adam"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_conv_dni_block_keeps_its_dtype_through_a_step(dtype, rule):
+    block, generator, x, c = _conv_step_parts(dtype=dtype, rule=rule)
+    owner = DNIBlock(block, generator, 0.05)
+    delta, output = owner.forward_and_synthetic_update(x, c)
+    owner.update_synthetic_weights(normal(np.random.default_rng(9), *MAPS_OUT, dtype=dtype))
+    assert_dtype(dtype, input_delta=delta, output=output, synthetic_gradient=owner.synthetic_gradient)
+    assert_tree_dtype(dtype, owner, "conv DNIBlock")

@@ -220,6 +220,16 @@ def test_parameter_count_is_what_build_network_builds():
             assert mnist.parameter_count(method, 784, config) == built, (method, config)
 
 
+def test_synthetic_loss_generators_see_the_label_and_start_at_the_loss_of_a_uniform_guess():
+    rng = np.random.default_rng(0)
+    h = rng.random((TINY.batch_size, TINY.hidden), dtype=np.float32)
+    c = np.eye(10, dtype=np.float32)[rng.integers(0, 10, TINY.batch_size)]
+    for block in build_network("synthetic-loss", 20, TINY)[:-1]:
+        assert block.condition_dim == block.generator.condition_dim == 10
+        np.testing.assert_array_equal(block.generator.forward(h, c), np.zeros_like(h))
+        np.testing.assert_allclose(block.generator.predicted_loss, np.log(10.0), rtol=1e-6)
+
+
 def test_a_network_too_large_to_train_is_refused_before_it_is_built(tiny_data):
     with pytest.raises(ValueError, match=r"the cdni network of depth 3 would need [\d,]+ bytes \(\d+\.\d GiB\)"):
         train_paper("cdni", tiny_data, dataclasses.replace(TINY, generator_hidden=(20_000, 20_000)))

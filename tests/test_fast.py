@@ -5,7 +5,8 @@ a trick that warns where the plain formula is silent is not the same function.
 """
 
 import numpy as np
-from hypothesis import given
+from hypothesis import assume, given
+from hypothesis import strategies as st
 from strategies import (dtypes, long_batches, seeds, widths)
 
 from sgrad import fast, kernels
@@ -70,3 +71,57 @@ def test_batchnorm_forward_is_the_plain_kernels(dtype, batch, features, seed):
             f"{name}: fast (mine) and plain kernel differ by {np.max(difference):.2g}, more than rounding\n"
             f"  fast:  {np.ravel(ours)[:6]}\n  plain: {np.ravel(theirs)[:6]}")
     np.testing.assert_array_equal(x, before, err_msg="batchnorm_forward changed its input")
+
+
+# --- maxpool2d_forward and maxpool2d_backward: kernels' max pooling, offset by offset ------------------
+
+
+@given(dtype=dtypes, batch=st.integers(1, 3), channels=st.integers(1, 3), height=st.integers(1, 7),
+       width=st.integers(1, 7), kernel_height=st.integers(1, 3), kernel_width=st.integers(1, 3),
+       stride=st.integers(1, 3), padding=st.integers(0, 1), levels=st.sampled_from([3, 1000]), seed=seeds)
+def test_maxpool2d_is_the_plain_kernels_ties_included(dtype, batch, channels, height, width, kernel_height,
+                                                      kernel_width, stride, padding, levels, seed):
+    """The same output and the same input gradient, bit for bit; with 3 levels most windows tie, and both
+    kernels then send the gradient to the window's first maximum."""
+    kernel = (kernel_height, kernel_width)
+    assume(2 * padding <= min(kernel) and kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, levels, (batch, channels, height, width)).astype(dtype)
+    before = x.copy()
+
+    plain, argmax = kernels.maxpool2d_forward(x, kernel, stride, padding)
+    mine = fast.maxpool2d_forward(x, kernel, stride, padding)
+    np.testing.assert_array_equal(mine, plain, err_msg="output: fast (mine) against the plain kernel")
+    dout = rng.standard_normal(plain.shape).astype(dtype)
+    np.testing.assert_array_equal(fast.maxpool2d_backward(dout, x, mine, kernel, stride, padding),
+                                  kernels.maxpool2d_backward(dout, argmax, x.shape, kernel, stride, padding),
+                                  err_msg="dL/dx: fast (mine) against the plain kernel")
+    assert mine.dtype == dtype
+    np.testing.assert_array_equal(x, before, err_msg="maxpool2d changed its input")
+
+
+# --- conv2d_input_delta: dL/dx of kernels.conv2d_backward, offset by offset ---------------------------------
+
+
+@given(dtype=dtypes, batch=st.integers(1, 3), in_channels=st.integers(1, 3), out_channels=st.integers(1, 3),
+       height=st.integers(1, 7), width=st.integers(1, 7), kernel_height=st.integers(1, 3),
+       kernel_width=st.integers(1, 3), stride=st.integers(1, 3), padding=st.integers(0, 2), seed=seeds)
+def test_conv2d_input_delta_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width, kernel_height,
+                                                 kernel_width, stride, padding, seed):
+    assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, in_channels, height, width)).astype(dtype)
+    weights = rng.standard_normal((out_channels, in_channels, kernel_height, kernel_width)).astype(dtype)
+    z, columns = kernels.conv2d_forward(x, weights, None, stride, padding)
+    dz = rng.standard_normal(z.shape).astype(dtype)
+
+    mine = fast.conv2d_input_delta(dz, x.shape, weights, stride, padding)
+    plain = kernels.conv2d_backward(dz, columns, x.shape, weights, stride, padding, False)[0]
+
+    assert mine.dtype == dtype and mine.shape == x.shape
+    # each entry sums at most k_h k_w out_channels products |dz| |W|, in another order: rounding of that size
+    size = kernel_height * kernel_width * out_channels * float(np.max(np.abs(dz)) * np.max(np.abs(weights)))
+    difference = float(np.max(np.abs(mine.astype(np.float64) - plain)))
+    assert difference <= 4 * np.finfo(dtype).eps * size, (
+        f"dL/dx: fast (mine) and plain kernel differ by {difference:.2g}, more than rounding\n"
+        f"  fast:  {np.ravel(mine)[:6]}\n  plain: {np.ravel(plain)[:6]}")

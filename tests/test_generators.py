@@ -1,9 +1,10 @@
-"""Generators ĝ = M(h, c) (sgrad/generators.py): LinearGenerator, MLPGenerator and SyntheticLossGenerator.
+"""Generators ĝ = M(h, c) (sgrad/generators.py): LinearGenerator, MLPGenerator, SyntheticLossGenerator and ConvGenerator.
 
 Initialisation, gradients against central differences, the update, predict, conditioning, learning,
-stability and dtype.  What every generator shares is specified once over the three kinds; what one kind
+stability and dtype.  What every generator of rows shares is specified once over the three kinds; what one kind
 adds (MLPGenerator's zero output layer, SyntheticLossGenerator's predicted loss ℓ̂ = softplus(net([h, c])),
-of which ĝ = dL̂/dh is the gradient) has a test of its own.  Reaching the batch norms inside with train/eval
+of which ĝ = dL̂/dh is the gradient) has a test of its own; ConvGenerator, whose h and ĝ are feature maps
+(batch, channels, height, width), has the last section.  Reaching the batch norms inside with train/eval
 is the Module tree's, in test_module.py; bad arguments shared by the whole public API are in test_bad_input.py.
 """
 
@@ -13,11 +14,13 @@ import numpy as np
 import pytest
 from conftest import (assert_dtype, assert_gradients_match, assert_same_state, assert_tree_dtype, away_from_kinks,
                       normal, randomize, tree_state)
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from strategies import (LIMIT, batches, booleans, condition_dims, dtypes, generator_kinds, gradient_generator_kinds,
                         hidden_widths, seeds, training_batches, update_rules, widths)
 
-from sgrad.generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator, regression_loss
+from sgrad.conv import Conv2d
+from sgrad.generators import ConvGenerator, LinearGenerator, MLPGenerator, SyntheticLossGenerator, regression_loss
 
 BATCH, WIDTH, CONDITION, HIDDEN = 6, 4, 3, (16, 16)
 CLASSES = {"linear": LinearGenerator, "mlp": MLPGenerator, "synthetic-loss": SyntheticLossGenerator}
@@ -117,6 +120,26 @@ def test_fresh_synthetic_loss_generator_predicts_log_two_and_a_zero_synthetic_gr
     synthetic_gradient = generator.forward(_h(), _condition())
     np.testing.assert_allclose(generator.predicted_loss, np.full((BATCH, 1), np.log(2.0)), rtol=1e-15)
     np.testing.assert_array_equal(synthetic_gradient, np.zeros((BATCH, WIDTH)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("initial_loss", [np.log(10.0), 1e-6, 800.0], ids=["ln_10", "tiny", "huge"])
+def test_fresh_synthetic_loss_generator_predicts_its_initial_loss_and_a_zero_synthetic_gradient(initial_loss, dtype):
+    """softplus⁻¹ of the initial loss in the output bias neither overflows (800) nor loses a tiny loss (1e-6)."""
+    generator = _generator("synthetic-loss", randomise=False, initial_loss=initial_loss, dtype=dtype)
+    synthetic_gradient = generator.forward(_h().astype(dtype), _condition().astype(dtype))
+    assert_dtype(dtype, predicted_loss=generator.predicted_loss, synthetic_gradient=synthetic_gradient)
+    np.testing.assert_allclose(generator.predicted_loss, np.full((BATCH, 1), initial_loss),
+                               rtol=1e-6 if dtype == np.float32 else 1e-13)
+    np.testing.assert_array_equal(synthetic_gradient, np.zeros((BATCH, WIDTH)))
+
+
+@pytest.mark.parametrize("initial_loss, error", [(0.0, ValueError), (-1.0, ValueError), (np.nan, ValueError),
+                                                 (np.inf, ValueError), ("2.3", TypeError)],
+                         ids=["zero", "negative", "nan", "inf", "text"])
+def test_synthetic_loss_generator_refuses_an_initial_loss_that_softplus_cannot_give(initial_loss, error):
+    with pytest.raises(error, match=r"initial_loss must be .*> 0.*ln 10"):
+        SyntheticLossGenerator(WIDTH, CONDITION, hidden=HIDDEN, initial_loss=initial_loss)
 
 
 @pytest.mark.parametrize("make, random_weights", [
@@ -415,3 +438,151 @@ def test_keeps_its_dtype_through_an_update(dtype, kind, batch, output_dim, condi
     generator.update(normal(rng, batch, 1 if kind == "synthetic-loss" else output_dim, dtype=dtype), 0.1)
     assert_dtype(dtype, **arrays, **{f"gradient of {k}": g for k, g in generator.gradients.items()})
     assert_tree_dtype(dtype, generator, f"{kind} generator")
+
+
+# --- the convolutional generator: ĝ for feature maps ------------------------------------------------------
+
+MAPS = (BATCH, WIDTH, 5, 4)  # h: (batch, channels, height, width); the generator's output_dim is WIDTH channels
+
+
+def _maps(seed=0, shape=MAPS):
+    return np.random.default_rng(seed).standard_normal(shape)
+
+
+def _conv_generator(condition_dim=CONDITION, randomise=True, **options):
+    """A float64 ConvGenerator of WIDTH channels, hidden (3, 3); randomised, its output conv is off zero too."""
+    generator = ConvGenerator(WIDTH, condition_dim, hidden=(3, 3), seed=0, **options)
+    if randomise:
+        randomize(generator.parameters, np.random.default_rng(10))
+    return generator
+
+
+def _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed):
+    """A drawn ConvGenerator with random parameters, and (h, c) that keep its ReLUs off their kinks."""
+    rng = np.random.default_rng(seed)
+    generator = ConvGenerator(2, condition_dim, hidden=hidden, kernel_size=kernel, batchnorm=batchnorm, rng=rng)
+    randomize(generator.parameters, rng)
+    h = normal(rng, batch, 2, 3, 4)
+    c = normal(rng, batch, condition_dim) if condition_dim else None
+    assume(away_from_kinks(generator.net, generator._join(h, c)))
+    return generator, h, c, rng
+
+
+def test_conv_generator_output_layer_starts_at_zero_so_the_synthetic_gradient_is_zero():
+    generator = _conv_generator(randomise=False)
+    output_layer = generator.net.modules[-1]
+    np.testing.assert_array_equal(output_layer.weights, np.zeros((WIDTH, 3, 3, 3)))
+    np.testing.assert_array_equal(output_layer.bias, np.zeros(WIDTH))
+    np.testing.assert_array_equal(generator.forward(_maps(), _condition()), np.zeros(MAPS))
+
+
+@pytest.mark.parametrize("kernel_size", [1, 3, 5])
+def test_conv_generator_predicts_maps_of_the_shape_of_h_with_padded_conv_batchnorm_relu_blocks(kernel_size):
+    generator = _conv_generator(kernel_size=kernel_size)
+    assert generator.predict(_maps(), _condition()).shape == MAPS
+    first_block = generator.net.modules[0]
+    assert [type(m).__name__ for m in first_block.modules] == ["Conv2d", "BatchNorm2d", "Activation2d"]
+    assert first_block.modules[0].in_channels == WIDTH + CONDITION, "c enters as condition_dim extra channels"
+    assert all(conv.padding == kernel_size // 2 for _, conv in generator.submodules() if isinstance(conv, Conv2d))
+
+
+def test_conv_generator_broadcasts_the_condition_over_the_maps_as_extra_channels():
+    generator = _conv_generator()
+    h, c = _maps(), _condition()
+    generator.forward(h, c)
+    np.testing.assert_array_equal(generator.input[:, :WIDTH], h)
+    np.testing.assert_array_equal(generator.input[:, WIDTH:], np.broadcast_to(c[:, :, None, None], (BATCH, CONDITION,
+                                                                                                    5, 4)))
+
+
+@settings(max_examples=30)
+@given(batch=st.integers(1, 3), condition_dim=condition_dims, hidden=hidden_widths, kernel=st.sampled_from([1, 3]),
+       batchnorm=booleans, seed=seeds)
+def test_conv_generator_parameter_gradients_match_central_differences(batch, condition_dim, hidden, kernel, batchnorm,
+                                                                      seed):
+    """``gradients`` after ``update`` are dL_M/d(parameter), L_M = 1/(2 batch) sum((ĝ - target)**2) over the maps."""
+    generator, h, c, rng = _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed)
+    target = normal(rng, *h.shape)
+    probe = copy.deepcopy(generator)
+
+    def loss():
+        return regression_loss(probe.forward(h, c), target)[0]
+
+    generator.forward(h, c)
+    generator.update(target, 0.1)
+    assert_gradients_match(loss, generator.gradients, probe.parameters,
+                           f"conv generator, hidden {hidden}, {kernel}×{kernel}, batch norm {batchnorm}")
+
+
+@settings(max_examples=30)
+@given(batch=st.integers(1, 3), condition_dim=condition_dims, hidden=hidden_widths, kernel=st.sampled_from([1, 3]),
+       batchnorm=booleans, seed=seeds)
+def test_conv_generator_net_backpropagates_to_h_and_to_the_broadcast_condition(batch, condition_dim, hidden, kernel,
+                                                                                batchnorm, seed):
+    """dL_M/dh is the net's input delta on h's channels; dL_M/dc sums the delta of c's channels over the map."""
+    generator, h, c, rng = _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed)
+    target = normal(rng, *h.shape)
+
+    def loss():
+        return regression_loss(generator.forward(h, c), target)[0]
+
+    dinput = generator.net.backward(regression_loss(generator.forward(h, c), target)[1])
+    mine, arrays = {"h": dinput[:, :2]}, {"h": h}
+    if c is not None:
+        mine["c"], arrays["c"] = dinput[:, 2:].sum(axis=(2, 3)), c
+    assert_gradients_match(loss, mine, arrays, f"conv generator, hidden {hidden}, {kernel}×{kernel}")
+
+
+def test_conv_generator_repeated_updates_fit_a_fixed_target_a_hundredfold():
+    rng = np.random.default_rng(0)
+    h = rng.standard_normal((8, 2, 6, 6))
+    target = np.tanh(h[:, ::-1] + 0.5 * np.roll(h, 1, axis=3))  # a local function of h: what a 3×3 net can fit
+    generator = ConvGenerator(2, hidden=(8, 8), update_rule="adam", seed=0)
+    losses = []
+    for _ in range(300):
+        generator.forward(h)
+        losses.append(generator.update(target, 1e-2))
+    final = regression_loss(generator.forward(h), target)[0]
+    assert losses[0] / final >= 100, f"the regression loss fell only from {losses[0]:.3g} to {final:.3g}"
+
+
+@pytest.mark.parametrize("h, condition, message", [
+    (_h(), _condition(), r"h must have shape \(batch, 4, height, width\); got shape \(6, 4\)"),
+    (_maps(shape=(BATCH, 3, 5, 4)), _condition(), r"\(4 = the generator's output_dim\); got shape \(6, 3, 5, 4\)"),
+    (_maps(), _condition(rows=3), "the input has 6 rows, the condition has 3"),
+    (_maps(), None, r"this generator is conditioned \(condition_dim=3\)"),
+], ids=["rows", "channels", "condition-rows", "no-condition"])
+def test_conv_generator_bad_input_raises_before_anything_is_remembered(h, condition, message):
+    generator = _conv_generator()
+    with pytest.raises(ValueError, match=message):
+        generator.forward(h, condition)
+    assert generator.input is None and generator.synthetic_gradient is None
+
+
+def test_conv_generator_target_of_another_shape_raises_and_changes_nothing():
+    generator = _conv_generator()
+    generator.forward(_maps(), _condition())
+    before = tree_state(generator)
+    with pytest.raises(ValueError, match=r"target must have the shape of the last synthetic gradient, \(6, 4, 5, 4\); "
+                                         r"got shape \(6, 4, 4, 5\)"):
+        generator.update(_maps(shape=(BATCH, WIDTH, 4, 5)), 0.1)
+    assert_same_state(generator, before)
+
+
+def test_conv_generator_needs_an_odd_kernel_to_keep_the_maps_size():
+    with pytest.raises(ValueError, match="kernel_size must be odd, so that padding keeps the maps' size.*got 4"):
+        ConvGenerator(WIDTH, kernel_size=4)
+
+
+@settings(max_examples=20)
+@given(dtype=dtypes, condition_dim=condition_dims, rule=update_rules, seed=seeds)
+def test_conv_generator_keeps_its_dtype_through_an_update(dtype, condition_dim, rule, seed):
+    rng = np.random.default_rng(seed)
+    generator = ConvGenerator(3, condition_dim, hidden=(2,), update_rule=rule, rng=rng, dtype=dtype)
+    randomize(generator.parameters, rng)
+    h = normal(rng, 2, 3, 4, 4, dtype=dtype)
+    c = normal(rng, 2, condition_dim, dtype=dtype) if condition_dim else None
+    arrays = {"synthetic_gradient": generator.forward(h, c), "prediction": generator.predict(h, c)}
+    generator.update(normal(rng, *h.shape, dtype=dtype), 0.1)
+    assert_dtype(dtype, **arrays, **{f"gradient of {k}": g for k, g in generator.gradients.items()})
+    assert_tree_dtype(dtype, generator, "conv generator")

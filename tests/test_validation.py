@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sgrad import Layer, mse, softmax_cross_entropy
-from sgrad.validation import check_batch, check_fits_dtype
+from sgrad.validation import check_batch, check_feature_maps, check_fits_dtype, check_same_shape
 
 
 def as_matrix(array):
@@ -92,3 +92,26 @@ def test_float64_data_beyond_float32_is_refused_before_the_cast():
         check_fits_dtype(x, "x", "float32")
     assert check_fits_dtype(x, "x", "float64") is x
     assert check_fits_dtype(np.full((2, 2), 3.4e38), "x", "float32") is not None
+
+
+# --- feature maps: the 4-D twin of check_batch -----------------------------------------------------------
+
+
+def test_check_feature_maps_returns_maps_and_names_the_channels_it_expected():
+    maps = np.zeros((2, 3, 4, 5))
+    assert check_feature_maps(maps, "h", 3) is maps
+    with pytest.raises(ValueError, match=r"h must have shape \(batch, 4, height, width\) \(4 = the block's channels\); "
+                                         r"got shape \(2, 3, 4, 5\), i\.e\. 3 channels"):
+        check_feature_maps(maps, "h", 4, channels_name="the block's channels")
+
+
+@pytest.mark.parametrize("reference, message", [
+    (np.zeros((2, 3)), r"delta must have shape \(batch, 3\)"),
+    (np.zeros((2, 3, 4, 5)), r"delta must have shape \(batch, 3, height, width\)"),
+], ids=["rows-ask-for-rows", "maps-ask-for-maps"])
+def test_check_same_shape_asks_for_the_rank_of_its_reference(reference, message):
+    """Rows (batch, width) are never taken for maps, nor maps for rows: no silent reshaping either way."""
+    other = np.zeros((2, 3, 4, 5)) if reference.ndim == 2 else np.zeros((2, 3))
+    with pytest.raises(ValueError, match=message):
+        check_same_shape(other, "delta", reference, "the last output")
+    assert check_same_shape(reference.copy(), "delta", reference, "the last output").shape == reference.shape
