@@ -102,7 +102,7 @@ class Sequential(Module):
         return x
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        if isinstance(x, np.ndarray) and x.ndim == 2:  # else the first module's forward says what is wrong
+        if isinstance(x, np.ndarray) and x.ndim >= 2 and len(x):  # else the first module's forward says what is wrong
             self.check_batch_size(x.shape[0])  # before any module remembers anything
         for module in self.modules:
             x = module.forward(x)

@@ -17,7 +17,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import booleans, dtypes, seeds, update_rules
 
-from sgrad import Layer, Sequential, kernels
+from sgrad import BatchNorm, Layer, Sequential, kernels
 from sgrad.conv import Activation2d, BatchNorm2d, Conv2d, Flatten, MaxPool2d, conv_block
 
 small = st.integers(1, 3)  # batch, channels, kernel sides, strides
@@ -400,6 +400,18 @@ def test_flatten_refuses_maps_of_another_shape():
     with pytest.raises(ValueError, match=r"input must have shape \(batch, 2, 5, 6\), the shape this Flatten was built "
                                          r"for; got shape \(4, 2, 6, 5\)"):
         flatten.forward(_maps(height=6, width=5))
+
+
+def test_a_cnn_whose_dense_batch_norm_needs_two_examples_refuses_one_before_any_module_remembers_it():
+    # The conv block could take one example (BatchNorm2d counts positions too), the dense batch norm after the
+    # Flatten cannot: the Sequential refuses the batch at its door, so the conv block caches nothing.
+    net = Sequential([conv_block(2, 3, 3, pool=2, seed=0), Flatten((3, 2, 3)), Layer(18, 4, "identity", seed=1),
+                      BatchNorm(4)])
+    before = tree_state(net)
+    with pytest.raises(ValueError, match="batch norm in training mode needs a batch of at least 2 rows"):
+        net.forward(_maps(batch=1, height=5, width=6))
+    assert_same_state(net, before)
+    assert net.forward(_maps(batch=2, height=5, width=6)).shape == (2, 4)
 
 
 def test_conv2d_backward_before_forward_and_after_update_raise():
