@@ -192,7 +192,7 @@ class MLPGenerator(Generator):
 class SyntheticLossGenerator(MLPGenerator):
     """Predicts a non-negative loss ``ℓ̂ = softplus(M([h, c]))`` per example, and offers its gradient as ĝ.
 
-    The variant of the public TensorFlow reproduction: a block descends
+    After the variant of the public TensorFlow reproduction: a block descends
     ``ĝ = dL̂/dh`` with ``L̂ = mean over the batch of ℓ̂``, and the generator
     regresses ℓ̂ onto the next block's predicted loss (the top block's onto the
     real per-example loss).  ``forward`` returns ĝ (batch, output_dim) and keeps
@@ -203,12 +203,12 @@ class SyntheticLossGenerator(MLPGenerator):
     at ``softplus⁻¹(initial_loss)``, so ℓ̂ = ``initial_loss`` for every example:
     give the loss you expect at the start, ln(classes) for a softmax
     cross-entropy (the default, ln 2, is softplus(0)).  A wrong start is not
-    harmless: Adam moves the bias by at most about alpha per step, so the level
-    gap is closed through the output weights, each moving by the same amount
-    (the hidden ReLU activations are all non-negative); ℓ̂ then grows with the
-    hidden layer's total activity, the same direction for every example, and a
-    block descending ĝ collapses its features (the README's paper-scale section
-    has the measurement).
+    harmless (Adam moves the bias by at most about alpha per step, so the
+    output weights take up the gap in level too).  Measured on 10,000 MNIST
+    images (3 layers of 128, generators of 128-128, Adam at 1e-3, 1,000 steps,
+    seed 0; tests/test_experiment_mnist.py): started at ln 2, 19.6% test
+    accuracy with ℓ̂ = M(h) and 78.5% with ℓ̂ = M(h, c); started at ln 10,
+    63.5% and 86.0% (no backprop: 80.8%).
     """
 
     predicted_loss: np.ndarray | None
@@ -240,6 +240,7 @@ class SyntheticLossGenerator(MLPGenerator):
         batch = h.shape[0]
         dinput = self.net.backward(sigmoid(self._z) / batch)  # softplus' = sigmoid
         self.synthetic_gradient = dinput[:, :self.output_dim]
+        self._updated = False
         return self.synthetic_gradient
 
     def update(self, target: np.ndarray, alpha: float) -> float:
@@ -248,10 +249,14 @@ class SyntheticLossGenerator(MLPGenerator):
             raise ValueError("update() needs a prediction to correct; call forward(h) first")
         validation.check_same_shape(target, "target", self.predicted_loss, "the last predicted loss")
         alpha = validation.check_learning_rate(alpha)
+        if self._updated:
+            raise ValueError("update() after update(): the last forward pass used the old weights; "
+                             "call forward(h) again first")
         loss, dloss = regression_loss(self.predicted_loss, target)
         self.net.backward(dloss * sigmoid(self._z), input_delta=False)
         self._gradients = dict(self.net.gradients)
         self.net.update(alpha)
+        self._updated = True
         return loss
 
 
