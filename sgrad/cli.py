@@ -3,6 +3,7 @@
 ``sgrad compare`` trains backprop, no-bprop, DNI and cDNI side by side on binary addition;
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
+``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
 ``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.grading`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
@@ -20,10 +21,13 @@ from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
 from . import grading
 from .experiments.loop import CHECKPOINT_FOLDER, DTYPES, check_out_dir
-from .experiments.mnist import GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
+from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
 from .experiments.mnist import results_table as paper_table
 from .experiments.parallel import ENGINES, check_runs, compare_parallel
 from .experiments.parallel import results_table as parallel_table
+from .experiments.rnn import DEFAULT_WINDOWS, RNN_METHODS, TASKS, RnnConfig
+from .experiments.rnn import results_table as rnn_table
+from .experiments.rnn import run_grid as run_rnn_grid
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
 from .parallel.engines import WorkerFailed
@@ -35,7 +39,9 @@ PAPER_DEFAULTS = PaperConfig()
 DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by side on binary addition; "
                "sgrad paper runs the paper's MNIST experiments over methods and depths; "
                "sgrad parallel trains every block in its own worker, by each schedule, against wall-clock time; "
+               "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
                "sgrad grade checks a student's homework notebook.")
+RNN_DEFAULTS = RnnConfig()
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 
 
@@ -169,9 +175,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train fully connected MNIST nets (Linear-BatchNorm-ReLU blocks) by every method at "
                     "every depth; finished cells are cached in --out and the running one is checkpointed, so an "
                     "interrupted grid resumes. "
-                    "Writes results.md, paper.png and histories.json.")
-    pap.add_argument("--methods", type=_subset_of(PAPER_METHODS), default=PAPER_METHODS,
-                     help=f"comma-separated subset of {','.join(PAPER_METHODS)} (default: all)")
+                    "Writes results.md, paper.png and histories.json. "
+                    "--arch cnn trains the paper's MNIST CNN instead (conv blocks, convolutional generators).")
+    pap.add_argument("--arch", choices=ARCHITECTURES, default=PAPER_DEFAULTS.arch,
+                     help="mlp: fully connected blocks; cnn: conv blocks of --channels --kernel-size filters, the "
+                          f"first two max-pooled (default {PAPER_DEFAULTS.arch})")
+    pap.add_argument("--channels", type=_int_at_least(1), default=PAPER_DEFAULTS.channels,
+                     help=f"--arch cnn: filters of each conv block (default {PAPER_DEFAULTS.channels})")
+    pap.add_argument("--kernel-size", type=_int_at_least(1), default=PAPER_DEFAULTS.kernel_size,
+                     help=f"--arch cnn: k of the k x k kernels, odd (default {PAPER_DEFAULTS.kernel_size})")
+    pap.add_argument("--methods", type=_subset_of(PAPER_METHODS), default=None,
+                     help=f"comma-separated subset of {','.join(PAPER_METHODS)} (default: all; with --arch cnn, "
+                          "all but synthetic-loss, which is built for fully connected nets only)")
     pap.add_argument("--depths", type=_depths, default=(PAPER_DEFAULTS.depth,),
                      help="comma-separated numbers of layers, e.g. 3,4,5,6 (default 3)")
     pap.add_argument("--iterations", type=_int_at_least(1), default=PAPER_DEFAULTS.iterations,
@@ -183,9 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     pap.add_argument("--no-batchnorm", action="store_true", help="Linear-ReLU blocks instead of Linear-BatchNorm-ReLU")
     pap.add_argument("--generator", choices=GENERATORS, default=PAPER_DEFAULTS.generator,
                      help=f"synthetic-gradient generator (default {PAPER_DEFAULTS.generator})")
-    pap.add_argument("--generator-hidden", type=_widths, default=PAPER_DEFAULTS.generator_hidden,
+    pap.add_argument("--generator-hidden", type=_widths, default=None,
                      help="hidden widths of the mlp generator (default "
-                          f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))})")
+                          f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))}); with --arch cnn, hidden "
+                          "channels of the convolutional generator (default: two of --channels)")
     pap.add_argument("--no-generator-batchnorm", action="store_true", help="mlp generator without batch norm")
     pap.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
                      help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
@@ -259,6 +275,44 @@ def build_parser() -> argparse.ArgumentParser:
                           "interrupted run carries on from there (default 500; 0: no checkpoints)")
     par.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
+    rnn = commands.add_parser(
+        "rnn", help="truncated BPTT with and without DNI on Copy and Repeat Copy: the largest N solved per T",
+        description="Train an LSTM on Copy and Repeat Copy under the DNI paper's curriculum (N goes up by one when "
+                    "the error falls below 0.15 bits per sequence) with truncated BPTT over windows of T steps, "
+                    "with (dni) and without (bptt) a synthetic gradient at each window's end. Finished cells are "
+                    "cached in --out and the running one is checkpointed, so an interrupted grid resumes. Writes "
+                    "results.md (the largest N solved), copy_length.png, curriculum.png and histories.json.")
+    rnn.add_argument("--tasks", type=_subset_of(TASKS), default=TASKS,
+                     help=f"comma-separated subset of {','.join(TASKS)} (default: both)")
+    rnn.add_argument("--methods", type=_subset_of(RNN_METHODS), default=RNN_METHODS,
+                     help=f"comma-separated subset of {','.join(RNN_METHODS)} (default: both)")
+    rnn.add_argument("--windows", type=lambda text: _whole_numbers(text, "windows T of at least 1", "2,3,4,5,8", 1),
+                     default=DEFAULT_WINDOWS, help="comma-separated truncation windows T (default "
+                                                   f"{','.join(map(str, DEFAULT_WINDOWS))})")
+    rnn.add_argument("--seeds", type=lambda text: _whole_numbers(text, "seeds", "0,1", 0), default=(0,),
+                     help="comma-separated seeds; each fixes the initial weights and the sequences (default 0)")
+    rnn.add_argument("--steps", type=_int_at_least(1), default=RNN_DEFAULTS.steps,
+                     help=f"the budget: training steps per cell (default {RNN_DEFAULTS.steps})")
+    rnn.add_argument("--batch-size", type=_int_at_least(1), default=RNN_DEFAULTS.batch_size,
+                     help=f"sequences per step (default {RNN_DEFAULTS.batch_size})")
+    rnn.add_argument("--hidden", type=_int_at_least(1), default=RNN_DEFAULTS.hidden,
+                     help=f"the LSTM's hidden units (default {RNN_DEFAULTS.hidden})")
+    rnn.add_argument("--bits", type=_int_at_least(1), default=RNN_DEFAULTS.bits,
+                     help=f"bits per vector to copy (default {RNN_DEFAULTS.bits})")
+    rnn.add_argument("--max-repeats", type=_int_at_least(1), default=RNN_DEFAULTS.max_repeats,
+                     help=f"Repeat Copy draws R from 1 to this (default {RNN_DEFAULTS.max_repeats})")
+    rnn.add_argument("--lr", type=_positive_float, default=RNN_DEFAULTS.alpha,
+                     help=f"Adam learning rate of the LSTM and the readout (default {RNN_DEFAULTS.alpha})")
+    rnn.add_argument("--generator-lr", type=_positive_float, default=RNN_DEFAULTS.generator_alpha,
+                     help=f"the generator's Adam learning rate (default {RNN_DEFAULTS.generator_alpha})")
+    rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
+                     help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
+    rnn.add_argument("--out", default="results/rnn", help="output and cache folder (default results/rnn)")
+    rnn.add_argument("--checkpoint-every", type=_int_at_least(0), default=1000, metavar="STEPS",
+                     help="save the running cell's state in --out/checkpoints every STEPS steps, so an "
+                          "interrupted cell carries on from there (default 1000; 0: no checkpoints)")
+    rnn.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
     grading.add_arguments(commands.add_parser(
         "grade", help="run a student's homework notebook and check each exercise",
         description=grading.DESCRIPTION))
@@ -271,7 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "grade":
             return grading.run(args, prog="sgrad grade")
-        command, written = ((_parallel, "results.md, timeline.png, accuracy_time.png and histories.json")
+        command, written = ((_rnn, "results.md, copy_length.png, curriculum.png and histories.json")
+                            if args.command == "rnn" else
+                            (_parallel, "results.md, timeline.png, accuracy_time.png and histories.json")
                             if args.command == "parallel" else
                             (_paper, "results.md, paper.png and histories.json") if args.command == "paper"
                             else (_compare, "history.json, compare.png and results.md"))
@@ -311,17 +367,24 @@ def _compare(args: argparse.Namespace) -> str:
 def _paper(args: argparse.Namespace) -> str:
     from data_gen.mnist import IMAGE_SHAPE, load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
+    generator_hidden = args.generator_hidden
+    if generator_hidden is None:
+        generator_hidden = (args.channels, args.channels) if args.arch == "cnn" else PAPER_DEFAULTS.generator_hidden
+    methods = args.methods
+    if methods is None:
+        methods = tuple(m for m in PAPER_METHODS if args.arch == "mlp" or m != "synthetic-loss")
     config = PaperConfig(
         iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
-        batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=args.generator_hidden,
+        batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=generator_hidden,
         generator_batchnorm=not args.no_generator_batchnorm, alpha=args.lr, generator_alpha=args.generator_lr,
-        eval_every=args.eval_every, dtype=args.dtype, seed=args.seed)
+        eval_every=args.eval_every, dtype=args.dtype, seed=args.seed, arch=args.arch, channels=args.channels,
+        kernel_size=args.kernel_size)
     # Before MNIST is loaded (or downloaded); run_grid checks again against the data it gets.
-    check_grid(args.methods, args.depths, config, input_dim=IMAGE_SHAPE[0] * IMAGE_SHAPE[1],
+    check_grid(methods, args.depths, config, input_dim=IMAGE_SHAPE[0] * IMAGE_SHAPE[1],
                train_examples=args.train_subset, checkpoint_every=args.checkpoint_every or None)
     data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
                          seed=args.seed if args.train_subset else None)
-    results = run_grid(tuple(data), methods=args.methods, depths=args.depths, config=config, out_dir=args.out,
+    results = run_grid(tuple(data), methods=methods, depths=args.depths, config=config, out_dir=args.out,
                        progress=None if args.quiet else print_progress, checkpoint_every=args.checkpoint_every or None)
     return paper_table(results)
 
@@ -350,6 +413,16 @@ def _parallel(args: argparse.Namespace) -> str:
                                ray_address=args.ray_address, out_dir=args.out, checkpoint_every=checkpoint_every,
                                progress=None if args.quiet else print_progress)
     return parallel_table(results, config, args.budget)
+
+
+def _rnn(args: argparse.Namespace) -> str:
+    config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
+                       max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
+                       eval_every=args.eval_every)
+    results = run_rnn_grid(tasks=args.tasks, methods=args.methods, windows=args.windows, seeds=args.seeds,
+                           config=config, out_dir=args.out, progress=None if args.quiet else print_progress,
+                           checkpoint_every=args.checkpoint_every or None)
+    return rnn_table(results)
 
 
 if __name__ == "__main__":

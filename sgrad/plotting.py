@@ -133,3 +133,61 @@ def plot_accuracy_against_time(histories: Mapping[str, Mapping[str, Any]],
     if path is not None:
         fig.savefig(path, dpi=100)
     return fig
+
+
+RNN_COLORS = {"bptt": "tab:blue", "dni": "tab:orange"}
+
+
+def plot_copy_lengths(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]],
+                      path: str | os.PathLike[str] | None = None) -> Figure:
+    """The largest N solved against the window T: one panel per task, one line per method (median over seeds).
+
+    results: ``{(task, method, T, seed): history}`` from :func:`sgrad.experiments.rnn.run_grid`; each
+    seed's own N is a dot.  Saves a PNG to ``path`` if given; returns the figure.
+    """
+    tasks = list(dict.fromkeys(t for t, _, _, _ in results))
+    fig = Figure(figsize=(4.5 * len(tasks), 4), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(tasks)))
+    for ax, task in zip(axes, tasks):
+        for method in dict.fromkeys(m for t, m, _, _ in results if t == task):
+            cells = [(w, h["solved"]) for (t, m, w, _), h in results.items() if (t, m) == (task, method)]
+            windows = sorted({w for w, _ in cells})
+            color = RNN_COLORS.get(method)
+            ax.plot(windows, [np.median([n for w2, n in cells if w2 == w]) for w in windows], marker="o",
+                    color=color, label=method)
+            ax.scatter([w for w, _ in cells], [n for _, n in cells], color=color, alpha=0.4, s=12)
+        ax.set(title=task, xlabel="window T (steps between boundaries)", ylabel="largest N solved")
+        ax.yaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def plot_curricula(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]],
+                   path: str | os.PathLike[str] | None = None) -> Figure:
+    """Learning curves: the curriculum's N against training steps, one panel per task, a line per cell.
+
+    results: as for :func:`plot_copy_lengths`; the colour is the method, the line's darkness the T.
+    Saves a PNG to ``path`` if given; returns the figure.
+    """
+    tasks = list(dict.fromkeys(t for t, _, _, _ in results))
+    windows = sorted({w for _, _, w, _ in results})
+    fig = Figure(figsize=(5.5 * len(tasks), 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(tasks)))
+    for ax, task in zip(axes, tasks):
+        for (t, method, window, seed), history in results.items():
+            if t != task:
+                continue
+            shade = 0.35 + 0.65 * (windows.index(window) + 1) / len(windows)
+            ax.step(history["step"], history["length"], where="post", color=RNN_COLORS.get(method), alpha=shade,
+                    label=f"{method}, T = {window}" + (f", seed {seed}" if seed else ""))
+        ax.set(title=task, xlabel="training step", ylabel="N (the curriculum's current length)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="x-small", ncols=2)
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig

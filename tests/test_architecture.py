@@ -24,7 +24,8 @@ LAYERS = [
     ["steps", "checkpoint", "checks", "blackbox"],
     ["experiments.loop", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
-    ["experiments.binary_addition", "experiments.mnist", "experiments.parallel", "plotting", "grading"],
+    ["experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn", "experiments.parallel", "experiments.rnn",
+     "experiments.char_lm", "plotting", "grading"],
     ["cli"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}

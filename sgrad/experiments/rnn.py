@@ -1,0 +1,336 @@
+"""``sgrad rnn``: recurrent DNI on Copy and Repeat Copy (Jaderberg et al. 2016, section 3.1).
+
+An LSTM core reads a sequence (:mod:`data_gen.copy_task`), a linear readout
+gives the logits of every step's output bits, and the loss is the sigmoid
+cross-entropy of the scored steps.  Training cuts each sequence into windows of
+T steps (:func:`sgrad.steps.tbptt_step`):
+
+- ``bptt``: truncated BPTT.  The gradient stops at every window's end, so
+  nothing teaches the core to keep a vector for longer than a window: the
+  answer to the vector at step t comes N + 1 steps later (Copy).
+- ``dni``: at every window's end a linear generator ``ĝ = M(s)`` of the state
+  s = [h, c], zero-initialised, stands in for the gradient from the future that
+  truncation throws away.  M regresses onto bootstrapped targets: the gradient
+  that reaches the next window's start (its loss, plus M's own ĝ at its end).
+
+The paper's third method, DNI + Aux (the core also predicts the synthetic
+gradients further ahead), is left out: its text does not pin down the form of
+the auxiliary prediction and loss well enough to implement it as the paper did.
+
+A curriculum (:class:`data_gen.copy_task.Curriculum`) starts at N = 1 and raises
+N by one whenever the average error of a fresh batch falls below 0.15 bits per
+sequence (the paper's criterion); the figure of merit is the largest N solved
+within the budget of steps.  :func:`run_grid` runs task × method × T × seed,
+caching each finished cell in its output folder so that an interrupted grid resumes.
+"""
+
+import dataclasses
+import functools
+import json
+import os
+import pathlib
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from data_gen.copy_task import PAPER_THRESHOLD, Curriculum, bits_error, copy_batch, repeat_copy_batch
+
+from ..checkpoint import made_by
+from ..generators import LinearGenerator
+from ..layers import Layer
+from ..losses import bce_with_logits
+from ..recurrent import LSTM
+from ..steps import tbptt_step
+from ..validation import check_choice, check_integer, check_number
+from .loop import atomic_write_text, check_methods, check_out_dir, check_settings, checkpoint_path, run_and_report, \
+    train_loop
+
+TASKS = ("copy", "repeat-copy")
+RNN_METHODS = ("bptt", "dni")
+DEFAULT_WINDOWS = (2, 3, 4, 5, 8)
+
+
+@dataclasses.dataclass(frozen=True)
+class RnnConfig:
+    """One cell's settings (the task, method and T are the cell's own).
+
+    steps : the budget, in training steps of ``batch_size`` sequences each.
+    hidden : the LSTM's hidden_dim (its state [h, c] has 2 * hidden numbers).
+    bits : the width of each vector to copy.
+    max_repeats : Repeat Copy draws each sequence's R uniformly from 1 to this.
+    threshold : the curriculum's error, in bits per sequence, below which N goes up.
+    eval_every : steps between the curriculum's measurements, each on a fresh batch.
+    update_rule, alpha, generator_alpha : the core's, the readout's and the
+        generator's update rule and learning rates (``generator_alpha=None``: alpha).
+    dtype : 'float32' or 'float64'.
+    seed : fixes the initial weights (the same for every method) and the sequences drawn.
+    """
+
+    steps: int = 20_000
+    batch_size: int = 32
+    hidden: int = 64
+    bits: int = 8
+    max_repeats: int = 3
+    threshold: float = PAPER_THRESHOLD
+    eval_every: int = 50
+    update_rule: str = "adam"
+    alpha: float = 3e-3
+    generator_alpha: float | None = 3e-4
+    dtype: str = "float64"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_settings(self, {
+            "steps": check_integer(self.steps, "steps"),
+            "hidden": check_integer(self.hidden, "hidden"),
+            "bits": check_integer(self.bits, "bits"),
+            "max_repeats": check_integer(self.max_repeats, "max_repeats"),
+            "threshold": check_number(self.threshold, "threshold", above=0, example="0.15"),
+            "eval_every": check_integer(self.eval_every, "eval_every"),
+        })
+
+
+def sizes(task: str, config: RnnConfig) -> tuple[int, int]:
+    """``(input_dim, output_dim)`` of ``task``'s sequences: Copy adds a delimiter channel, Repeat Copy R and the end."""
+    check_choice(task, "task", TASKS)
+    return (config.bits + 1, config.bits) if task == "copy" else (config.bits + 2, config.bits + 1)
+
+
+def draw_batch(task: str, length: int, config: RnnConfig, rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A batch of ``task`` sequences of N = ``length`` vectors: ``(x, y, mask)`` as :mod:`data_gen.copy_task` gives them."""
+    if task == "copy":
+        return copy_batch(config.batch_size, length, bits=config.bits, rng=rng, dtype=config.dtype)
+    repeats = rng.integers(1, config.max_repeats + 1, size=config.batch_size)
+    return repeat_copy_batch(config.batch_size, length, repeats, bits=config.bits, max_repeats=config.max_repeats,
+                             rng=rng, dtype=config.dtype)
+
+
+def build_model(task: str, method: str, config: RnnConfig) -> list[Any]:
+    """``[core, readout]``, plus the boundary generator for ``dni``; the weights depend on the seed, not the method."""
+    check_choice(method, "method", RNN_METHODS)
+    input_dim, output_dim = sizes(task, config)
+    core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
+    core = LSTM(input_dim, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
+    model = [core, Layer(config.hidden, output_dim, "identity", update_rule=config.update_rule, seed=readout_seed,
+                         dtype=config.dtype)]
+    if method == "dni":
+        model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
+    return model
+
+
+def evaluate_error(model: Sequence[Any], x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """The error of each sequence in bits (:func:`~data_gen.copy_task.bits_error`), (batch,), with no side effects."""
+    core, readout = model[0], model[1]
+    outputs, _ = core.predict(x)
+    logits = readout.predict(outputs.reshape(-1, core.hidden_dim)).reshape(*y.shape)
+    return bits_error(logits, y, mask)
+
+
+def train_cell(task: str, method: str, window: int, config: RnnConfig | None = None, *,
+               progress: Callable[[str], None] | None = None, checkpoint: str | os.PathLike[str] | None = None,
+               checkpoint_every: int | None = None) -> dict[str, Any]:
+    """Train ``method`` on ``task`` with windows of T = ``window`` steps under the curriculum; returns the history.
+
+    Each step draws a batch of sequences of the curriculum's current N and
+    takes one :func:`~sgrad.steps.tbptt_step` over it (T is cut to the sequence's
+    length when a sequence is shorter: full BPTT then).  Every ``eval_every``
+    steps a fresh batch is measured and the curriculum told.  The history holds
+    ``step``, ``length`` (the N measured) and ``error`` (mean bits per sequence)
+    at every measurement, ``train_loss`` (mean over each span), ``solved`` (the
+    largest N solved), ``solved_at`` (the step at which each N was solved),
+    ``curriculum`` (its state) and ``wall_time`` (seconds, summed over resumed sessions).
+
+    ``checkpoint`` and ``checkpoint_every`` work as in :func:`sgrad.train`.
+    Raises :class:`~sgrad.TrainingDiverged` if a number turns non-finite.
+    """
+    config = RnnConfig() if config is None else config
+    check_choice(task, "task", TASKS)
+    check_choice(method, "method", RNN_METHODS)
+    window = check_integer(window, "window (T)")
+    model = build_model(task, method, config)
+    core, readout = model[0], model[1]
+    generator = model[2] if method == "dni" else None
+    # The loop's rng draws the sequences; a generated task has no training set for it to order, so the loop
+    # is told of one example, taken once per step (its one-element "pass" draws nothing that matters).
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
+
+    def train_step(_indices, history):
+        x, y, mask = draw_batch(task, history["curriculum"]["length"], config, rng)
+        loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
+                                generator=generator, generator_alpha=config.generator_alpha, mask=mask)
+        return loss
+
+    def evaluate(step, losses, history):
+        curriculum = Curriculum.from_state(history["curriculum"])
+        length = curriculum.length
+        errors = evaluate_error(model, *draw_batch(task, length, config, rng))
+        if curriculum.update(step, errors):
+            history["solved_at"].append(step)
+        history["curriculum"], history["solved"] = curriculum.state(), curriculum.solved
+        history["step"].append(step)
+        history["length"].append(length)
+        history["error"].append(float(errors.mean()))
+        history["train_loss"].append(float(np.mean(losses)))
+        return (f"step {step}/{config.steps}  N {length}  error {history['error'][-1]:.2f} bits/sequence  "
+                f"solved N={curriculum.solved}  ({history['wall_time']:.0f} s)")
+
+    run = {"trainer": "sgrad.experiments.rnn.train_cell", "task": task, "method": method, "window": window,
+           "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "steps"}}
+    rates = {"alpha": config.alpha}
+    if method == "dni" and config.generator_alpha is not None:
+        rates["generator_alpha"] = config.generator_alpha
+    history = {"task": task, "method": method, "window": window, "seed": config.seed, "step": [], "length": [],
+               "error": [], "train_loss": [], "solved": 0, "solved_at": [],
+               "curriculum": Curriculum(threshold=config.threshold).state(), "wall_time": 0.0}
+    label = f"[{task}, {method}, T={window}, seed {config.seed}]"
+    return train_loop(model, train_step, evaluate, run=run, steps=config.steps, eval_every=config.eval_every,
+                      num_examples=1, batch_size=1, rng=rng, history=history, name=f"{method} ({task}, T={window})",
+                      label=label, learning_rates=rates, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                      progress=progress)
+
+
+def check_grid(tasks: Sequence[str], methods: Sequence[str], windows: Sequence[int], seeds: Sequence[int],
+               config: RnnConfig, *, checkpoint_every: int | None = None,
+               out_dir: str | os.PathLike[str] | None = None) -> tuple[list[str], list[str], list[int], list[int]]:
+    """Check a grid before any work; returns ``(tasks, methods, windows, seeds)`` as lists."""
+    tasks = [tasks] if isinstance(tasks, str) else list(tasks)
+    if not tasks or any(task not in TASKS for task in tasks):
+        raise ValueError(f"tasks must be a non-empty list drawn from {', '.join(TASKS)}; got {tasks!r}")
+    methods = check_methods(methods, RNN_METHODS)
+    for name, values, minimum in (("windows", windows, 1), ("seeds", seeds, 0)):
+        if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+            raise TypeError(f"{name} must be a non-empty sequence of integers such as (2, 3); got {values!r}")
+        for value in values:
+            check_integer(value, f"each of {name}", minimum=minimum)
+    if not isinstance(config, RnnConfig):
+        raise TypeError(f"config must be an RnnConfig; got {type(config).__name__}")
+    if checkpoint_every is not None:
+        check_integer(checkpoint_every, "checkpoint_every")
+    check_out_dir(out_dir)
+    return list(tasks), list(methods), [int(w) for w in windows], [int(s) for s in seeds]
+
+
+def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHODS,
+             windows: Sequence[int] = DEFAULT_WINDOWS, seeds: Sequence[int] = (0,), config: RnnConfig | None = None,
+             out_dir: str | os.PathLike[str] | None = None, progress: Callable[[str], None] | None = None,
+             checkpoint_every: int | None = None) -> dict[tuple[str, str, int, int], dict[str, Any]]:
+    """Train every task × method × T × seed; returns ``{(task, method, T, seed): history}``.
+
+    Everything is checked before the first cell trains.  With ``out_dir``, each
+    finished cell is saved there at once (``cells/<task>-<method>-T<T>-seed<s>.json``,
+    with its settings and the code that made it); a later call with the same
+    settings and code loads it instead of training again.  With
+    ``checkpoint_every`` too, the cell in training is checkpointed
+    (``checkpoints/<task>-<method>-T<T>-seed<s>.npz``) and carries on mid-way,
+    bit for bit.  A cell that diverges keeps what it recorded, with
+    ``'diverged'``, and the grid carries on.  At the end the folder also gets
+    ``results.md``, ``histories.json``, ``copy_length.png`` and ``curriculum.png``.
+    """
+    config = RnnConfig() if config is None else config
+    tasks, methods, windows, seeds = check_grid(tasks, methods, windows, seeds, config,
+                                                checkpoint_every=checkpoint_every, out_dir=out_dir)
+    results = {}
+    for task in tasks:
+        for window in windows:
+            for seed in seeds:
+                cell_config = dataclasses.replace(config, seed=seed)
+                for method in methods:
+                    name = f"{task}-{method}-T{window}-seed{seed}"
+                    label = f"[{task}, {method}, T={window}, seed {seed}]"
+                    cached = _load_cell(out_dir, name, cell_config, progress, label)
+                    if cached is not None:
+                        if progress is not None:
+                            progress(f"{label} loaded from {out_dir}")
+                        results[(task, method, window, seed)] = cached
+                        continue
+                    run = functools.partial(train_cell, task, method, window, cell_config, progress=progress,
+                                            checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
+                                            checkpoint_every=checkpoint_every)
+                    history = run_and_report(run, label, progress)
+                    if progress is not None:
+                        progress(f"{label} largest N solved: {history['solved']}")
+                    results[(task, method, window, seed)] = history
+                    _save_cell(out_dir, name, cell_config, history)
+    if out_dir is not None:
+        write_grid(results, out_dir, config)
+    return results
+
+
+def results_table(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]]) -> str:
+    """Markdown: a row per task and method, a column per T: the largest N solved (the median over seeds, then each seed)."""
+    keys = list(results)
+    windows = sorted({w for _, _, w, _ in keys})
+    rows = ["| task | method | " + " | ".join(f"T = {w}" for w in windows) + " |",
+            "|---|---|" + "---:|" * len(windows)]
+    for task, method in dict.fromkeys((t, m) for t, m, _, _ in keys):
+        cells = []
+        for window in windows:
+            histories = [h for (t, m, w, _), h in results.items() if (t, m, w) == (task, method, window)]
+            solved = [h["solved"] for h in histories]
+            if not solved:
+                cells.append("")
+                continue
+            text = f"{np.median(solved):g}"
+            if len(solved) > 1:
+                text += " (" + ", ".join(map(str, solved)) + ")"
+            if any(h.get("diverged") for h in histories):
+                text += " (diverged)"
+            cells.append(text)
+        rows.append(f"| {task} | {method} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def write_grid(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]], out_dir: str | os.PathLike[str],
+               config: RnnConfig) -> None:
+    """Write ``results.md``, ``histories.json``, ``copy_length.png`` and ``curriculum.png`` for a finished grid."""
+    from ..plotting import plot_copy_lengths, plot_curricula
+
+    out = pathlib.Path(out_dir)
+    seeds = sorted({s for _, _, _, s in results})
+    wall = "\n".join(f"- {t}, {m}, T = {w}, seed {s}: {h['wall_time']:.0f} s"
+                     for (t, m, w, s), h in results.items())
+    text = (f"Largest N solved (error below {config.threshold} bits per sequence) within {config.steps} steps of "
+            f"{config.batch_size} sequences; seeds {', '.join(map(str, seeds))} (median, then each seed).\n\n"
+            + results_table(results) + "\n\nWall time per cell:\n\n" + wall + "\n")
+    atomic_write_text(out / "results.md", text)
+    atomic_write_text(out / "histories.json", json.dumps(
+        {"config": dataclasses.asdict(config),
+         "cells": [dict(h, task=t, method=m, window=w, seed=s) for (t, m, w, s), h in results.items()]}))
+    plot_copy_lengths(results, out / "copy_length.png")
+    plot_curricula(results, out / "curriculum.png")
+
+
+def _cell_path(out_dir, name):
+    return pathlib.Path(out_dir) / "cells" / f"{name}.json"
+
+
+def _relevant(config):
+    """The settings a cell depends on, as JSON would give them back."""
+    return json.loads(json.dumps(dataclasses.asdict(config)))
+
+
+def _load_cell(out_dir, name, config, progress, label):
+    """The cached cell's history if it was made by this code with these settings; else None."""
+    if out_dir is None:
+        return None
+    path = _cell_path(out_dir, name)
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    if record.get("config") != _relevant(config):
+        return None  # made with other settings: train again
+    if record.get("code") != made_by():
+        if progress is not None:
+            progress(f"{label} not reusing {path}: it was made by other code (another sgrad version or source); "
+                     "training again")
+        return None
+    return record["history"]
+
+
+def _save_cell(out_dir, name, config, history):
+    if out_dir is None:
+        return
+    atomic_write_text(_cell_path(out_dir, name), json.dumps(
+        {"config": dataclasses.asdict(config), "code": made_by(), "history": history}))

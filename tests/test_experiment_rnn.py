@@ -1,0 +1,139 @@
+"""The recurrent experiment (``sgrad rnn``): a cell trains under the curriculum and records it, the same start for
+every method, the grid's cache and resume, the figures, and the command as a user runs it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sgrad.experiments import rnn
+from sgrad.experiments.rnn import RnnConfig, build_model, results_table, run_grid, train_cell
+
+SGRAD = Path(sys.executable).parent / "sgrad"
+TINY = RnnConfig(steps=40, eval_every=20, hidden=8, bits=3, batch_size=4, max_repeats=2)
+TINY_ARGS = ["--steps", "40", "--eval-every", "20", "--hidden", "8", "--bits", "3", "--batch-size", "4",
+             "--windows", "2,3"]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("task", rnn.TASKS)
+@pytest.mark.parametrize("method", rnn.RNN_METHODS)
+def test_a_cell_trains_and_records_the_curriculum(task, method):
+    history = train_cell(task, method, 2, TINY)
+    assert history["step"] == [20, 40] and history["length"][0] == 1
+    assert all(np.isfinite(history["error"])) and all(e >= 0 for e in history["error"])
+    assert history["solved"] == history["curriculum"]["length"] - 1 == len(history["solved_at"])
+    assert history["wall_time"] > 0
+
+
+def test_a_generous_threshold_raises_n_at_every_measurement():
+    history = train_cell("copy", "bptt", 2, RnnConfig(steps=60, eval_every=20, hidden=8, bits=3, batch_size=4,
+                                                      threshold=1e6))
+    assert history["length"] == [1, 2, 3] and history["solved"] == 3 and history["solved_at"] == [20, 40, 60]
+
+
+def test_every_method_starts_from_the_same_core_and_readout():
+    bptt, dni = build_model("copy", "bptt", TINY), build_model("copy", "dni", TINY)
+    assert len(bptt) == 2 and len(dni) == 3 and dni[2].output_dim == dni[0].state_dim == 2 * TINY.hidden
+    for ours, theirs in zip(bptt, dni):
+        for name, value in ours.parameters.items():
+            np.testing.assert_array_equal(theirs.parameters[name], value, err_msg=name)
+
+
+def test_a_window_longer_than_the_sequence_is_full_bptt_there():
+    """At N = 1 a Copy sequence has 3 steps: T = 8 runs it whole instead of refusing it."""
+    assert train_cell("copy", "dni", 8, TINY)["step"] == [20, 40]
+
+
+def test_bad_settings_are_refused_with_what_came():
+    with pytest.raises(ValueError, match="hidden must be at least 1; got 0"):
+        RnnConfig(hidden=0)
+    with pytest.raises(ValueError, match="threshold"):
+        RnnConfig(threshold=0.0)
+    with pytest.raises(ValueError, match="unknown task .addition.; choose one of .copy., .repeat-copy."):
+        train_cell("addition", "dni", 2, TINY)
+    with pytest.raises(ValueError, match="methods must be a non-empty list drawn from bptt, dni; got \\['dni-aux'\\]"):
+        run_grid(methods=["dni-aux"], config=TINY)
+    with pytest.raises(ValueError, match="each of windows must be at least 1; got 0"):
+        run_grid(windows=(0,), config=TINY)
+
+
+def test_an_interrupted_cell_resumes_bit_for_bit(tmp_path):
+    whole = train_cell("copy", "dni", 2, TINY)
+    checkpoint = tmp_path / "cell.npz"
+    train_cell("copy", "dni", 2, RnnConfig(**{**TINY.__dict__, "steps": 20}), checkpoint=checkpoint,
+               checkpoint_every=20)
+    resumed = train_cell("copy", "dni", 2, TINY, checkpoint=checkpoint, checkpoint_every=20)
+    assert resumed["error"] == whole["error"] and resumed["train_loss"] == whole["train_loss"]
+
+
+def test_the_grid_caches_each_cell_and_writes_its_files(tmp_path):
+    lines = []
+    results = run_grid(tasks=("copy",), windows=(2, 3), seeds=(0, 1), config=TINY, out_dir=tmp_path,
+                       progress=lines.append)
+    assert set(results) == {("copy", m, w, s) for m in rnn.RNN_METHODS for w in (2, 3) for s in (0, 1)}
+    assert len(list((tmp_path / "cells").glob("*.json"))) == 8
+    for figure in ("copy_length.png", "curriculum.png"):
+        assert (tmp_path / figure).read_bytes()[:8] == PNG_SIGNATURE
+    record = json.loads((tmp_path / "histories.json").read_text())
+    assert len(record["cells"]) == 8 and record["config"]["hidden"] == 8
+    assert results_table(results) in (tmp_path / "results.md").read_text()
+    assert any("done in" in line for line in lines)
+    again = []
+    assert run_grid(tasks=("copy",), windows=(2, 3), seeds=(0, 1), config=TINY, out_dir=tmp_path,
+                    progress=again.append) == results
+    assert sum("loaded from" in line for line in again) == 8 and not any("done in" in line for line in again)
+
+
+def test_the_table_has_a_row_per_task_and_method_and_every_seed():
+    results = {("copy", m, w, s): {"solved": n} for (m, w, s, n) in
+               [("bptt", 2, 0, 1), ("bptt", 2, 1, 2), ("bptt", 2, 2, 2), ("dni", 2, 0, 4), ("dni", 2, 1, 5),
+                ("dni", 2, 2, 7)]}
+    table = results_table(results).splitlines()
+    assert table[2] == "| copy | bptt | 2 (1, 2, 2) |" and table[3] == "| copy | dni | 5 (4, 5, 7) |"
+
+
+# --- the command, as a user runs it -------------------------------------------------------------------------
+
+
+def run_sgrad(cwd, *args):
+    return subprocess.run([str(SGRAD), "rnn", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path):
+    first = run_sgrad(tmp_path, *TINY_ARGS, "--out", "out")
+    assert first.returncode == 0, first.stderr
+    out = tmp_path / "out"
+    for name in ("results.md", "histories.json", "copy_length.png", "curriculum.png"):
+        assert (out / name).is_file(), name
+    assert len(list((out / "cells").glob("*.json"))) == 8
+    assert first.stdout.strip() in (out / "results.md").read_text()
+    assert "T = 2 | T = 3" in first.stdout and "| repeat-copy | dni |" in first.stdout
+    second = run_sgrad(tmp_path, *TINY_ARGS, "--out", "out")
+    assert second.returncode == 0 and second.stdout == first.stdout
+    assert second.stderr.count("loaded from out") == 8 and "done in" not in second.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--windows", "0,2"], "expected comma-separated windows T of at least 1"),
+    (["--methods", "dni-aux"], "expected a comma-separated subset of bptt,dni"),
+    (["--tasks", "addition"], "expected a comma-separated subset of copy,repeat-copy"),
+    (["--steps", "0"], "must be at least 1; got 0"),
+    (["--lr", "-1"], "argument --lr"),
+])
+def test_a_bad_argument_exits_2_with_one_line_saying_what_came(tmp_path, args, message):
+    result = run_sgrad(tmp_path, *args)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "results").exists()
+
+
+def test_every_option_of_rnn_has_a_help_text():
+    from sgrad.cli import build_parser
+
+    command = build_parser()._subparsers._group_actions[0].choices["rnn"]
+    assert [action.dest for action in command._actions if not action.help] == []
+    result = subprocess.run([str(SGRAD), "rnn", "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and "truncation windows T (default 2,3,4,5,8)" in " ".join(result.stdout.split())
