@@ -2,6 +2,8 @@
 definition (bit for bit in float64), the staleness bound, the timeline, and resuming from a checkpoint."""
 
 import dataclasses
+import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from sgrad.checkpoint import load_checkpoint, network_state
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
 from sgrad.parallel import SCHEDULE_NAMES, split_layers, train_parallel
+from sgrad.parallel.local import LocalEngine
 from sgrad.parallel.timeline import KINDS
 
 # Four layers (three hidden blocks and the top), so that one, two and three workers all fit.
@@ -274,3 +277,29 @@ def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch
     assert worker.stale_targets == {1: 1}
     assert sorted(schedule.kept[0]) == [2]  # batch 2's target has not come: its activations are still kept
     assert [m.step for m in sent if m.kind == "activation"] == [1, 2]
+
+
+# --- the workers' environment ------------------------------------------------------------------------------
+
+
+class EnvironmentReadingEngine(LocalEngine):
+    """The local engine, reading each worker process's environment from /proc once it has started."""
+
+    def start(self, workers):
+        super().start(workers)
+        self.environments = []
+        for process in self.processes:
+            raw = pathlib.Path(f"/proc/{process.pid}/environ").read_bytes()
+            self.environments.append(dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item))
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="reads the environment from /proc (Linux)")
+def test_every_local_worker_starts_with_one_blas_thread_and_malloc_keeping_what_it_frees(data):
+    engine, before = EnvironmentReadingEngine(), dict(os.environ)
+    parallel("dni", data, workers=3, engine=engine)
+    assert len(engine.environments) == 3
+    for environment in engine.environments:
+        assert environment["OPENBLAS_NUM_THREADS"] == "1"
+        assert int(environment["MALLOC_TRIM_THRESHOLD_"]) >= 64 << 20
+        assert int(environment["MALLOC_MMAP_THRESHOLD_"]) >= 1 << 20
+    assert dict(os.environ) == before  # the driver's own environment is as it was

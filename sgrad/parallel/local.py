@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from multiprocessing.connection import wait
 from typing import Any
 
-from .engines import ONE_BLAS_THREAD, Engine, WorkerFailed, describe
+from .engines import WORKER_ENVIRONMENT, Engine, WorkerFailed, describe
 from .messages import Message, Report
 
 
@@ -37,7 +37,7 @@ class LocalEngine(Engine):
         context = multiprocessing.get_context("spawn")
         self.workers = workers
         self.queues = [context.Queue() for _ in workers]
-        with environment(ONE_BLAS_THREAD):
+        with environment(WORKER_ENVIRONMENT):
             for worker in workers:
                 receiver, sender = context.Pipe(duplex=False)
                 neighbours = {j: self.queues[j] for j in (worker.index - 1, worker.index + 1) if 0 <= j < len(workers)}

@@ -21,7 +21,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from .engines import ONE_BLAS_THREAD, Engine, WorkerFailed, describe
+from .engines import WORKER_ENVIRONMENT, Engine, WorkerFailed, describe
 from .messages import Message, Report
 
 
@@ -72,7 +72,7 @@ class RayEngine(Engine):
             raise ValueError(f"the Ray cluster has {cpus:g} CPUs, but {len(workers)} workers of {self.cpus_per_worker:g} "
                              f"CPU each need {needed:g}; use fewer workers, a smaller cpus_per_worker, or a bigger cluster")
         actor = ray.remote(Mailbox).options(num_cpus=self.cpus_per_worker, max_concurrency=2,
-                                            runtime_env={"env_vars": ONE_BLAS_THREAD})
+                                            runtime_env={"env_vars": WORKER_ENVIRONMENT})
         self.actors = [actor.remote(worker) for worker in workers]
         self.reports = Queue()
         for worker in workers:
