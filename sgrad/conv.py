@@ -38,7 +38,7 @@ from . import fast, kernels, validation
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential
 from .initializers import INITIALIZERS, initialize
-from .module import Module
+from .module import Module, WeightsAndBias
 from .optimizers import UpdateRule, get_update_rule
 
 
@@ -61,7 +61,7 @@ def _check_window_fits(x: np.ndarray, kernel: tuple[int, int], padding: int, own
                          f"{x.shape[2]}×{x.shape[3]}{padded}; pass larger maps, more padding or a smaller kernel")
 
 
-class Conv2d(Module):
+class Conv2d(WeightsAndBias, Module):
     """A 2-D convolution ``z = W ⋆ x + b`` with stride and zero padding (PyTorch's ``Conv2d``).
 
     ``z[n, o, y, x] = b[o] + sum over c, i, j of W[o, c, i, j] * x_pad[n, c, stride y + i, stride x + j]``,
@@ -115,21 +115,6 @@ class Conv2d(Module):
         self.weights_grad: np.ndarray | None = None
         self.bias_grad: np.ndarray | None = None
         self._stale = False  # set by update(): the last forward pass used the old weights
-
-    def own_parameters(self) -> dict[str, np.ndarray]:
-        """``{'weights': W, 'bias': b}`` (no bias if disabled)."""
-        params = {"weights": self.weights}
-        if self.bias is not None:
-            params["bias"] = self.bias
-        return params
-
-    @property
-    def gradients(self) -> dict[str, Any]:
-        """dL/d(parameter) from the last ``backward``, keyed as :attr:`parameters`."""
-        grads = {"weights": self.weights_grad}
-        if self.bias is not None:
-            grads["bias"] = self.bias_grad
-        return grads
 
     def _check(self, x: np.ndarray) -> None:
         validation.check_feature_maps(x, "input", self.in_channels, channels_name="this layer's in_channels")

@@ -1,19 +1,18 @@
 """The blog's ``Layer``: a dense layer with a hand-written forward and backward pass."""
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 from numpy.typing import DTypeLike
 
 from . import kernels, validation
 from .initializers import initialize
-from .module import Module
+from .module import Module, WeightsAndBias
 from .nonlinearities import resolve_nonlinearity
 from .optimizers import UpdateRule, get_update_rule
 
 
-class Layer(Module):
+class Layer(WeightsAndBias, Module):
     """A dense layer ``h = nonlin(input @ weights + bias)``.
 
     The blog's positional call works as written::
@@ -71,21 +70,6 @@ class Layer(Module):
         self.weights_grad: np.ndarray | None = None
         self.bias_grad: np.ndarray | None = None
         self._stale = False  # set by update(): the last forward pass used the old weights
-
-    def own_parameters(self) -> dict[str, np.ndarray]:
-        """The trainable arrays by name: ``{'weights': ..., 'bias': ...}`` (no bias if disabled)."""
-        params = {"weights": self.weights}
-        if self.bias is not None:
-            params["bias"] = self.bias
-        return params
-
-    @property
-    def gradients(self) -> dict[str, Any]:
-        """dL/d(parameter) from the last ``backward``, keyed as :attr:`parameters`."""
-        grads = {"weights": self.weights_grad}
-        if self.bias is not None:
-            grads["bias"] = self.bias_grad
-        return grads
 
     def forward(self, input: np.ndarray) -> np.ndarray:
         """Compute and remember ``h = nonlin(input @ weights + bias)``.

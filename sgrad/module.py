@@ -80,3 +80,30 @@ class Module:
     def eval(self) -> "Module":
         """Evaluation mode: batch norm uses its running statistics, so one example's output stands alone."""
         return self.train(False)
+
+
+class WeightsAndBias:
+    """For a module that learns ``weights`` and an optional ``bias`` (a dense layer, a convolution).
+
+    The module sets ``weights``, ``bias`` (None if disabled) and, in ``backward``, ``weights_grad`` and ``bias_grad``.
+    """
+
+    weights: np.ndarray
+    bias: np.ndarray | None
+    weights_grad: np.ndarray | None
+    bias_grad: np.ndarray | None
+
+    def own_parameters(self) -> dict[str, np.ndarray]:
+        """The trainable arrays by name: ``{'weights': W, 'bias': b}`` (no bias if disabled)."""
+        params = {"weights": self.weights}
+        if self.bias is not None:
+            params["bias"] = self.bias
+        return params
+
+    @property
+    def gradients(self) -> dict[str, Any]:
+        """dL/d(parameter) from the last ``backward``, keyed as :attr:`parameters`."""
+        grads = {"weights": self.weights_grad}
+        if self.bias is not None:
+            grads["bias"] = self.bias_grad
+        return grads
