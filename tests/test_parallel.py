@@ -4,6 +4,7 @@ definition (bit for bit in float64), the staleness bound, the timeline, and resu
 import dataclasses
 import os
 import pathlib
+import time
 
 import numpy as np
 import pytest
@@ -289,6 +290,12 @@ class EnvironmentReadingEngine(LocalEngine):
         super().start(workers)
         self.environments = []
         for process in self.processes:
+            # start() returns once the child is forked; until it has exec'd the new interpreter, /proc shows the
+            # environment this process itself started with.  The new interpreter's command line says spawn_main.
+            deadline = time.monotonic() + 30
+            while b"spawn_main" not in pathlib.Path(f"/proc/{process.pid}/cmdline").read_bytes():
+                assert time.monotonic() < deadline, "the worker process never started its interpreter"
+                time.sleep(0.01)
             raw = pathlib.Path(f"/proc/{process.pid}/environ").read_bytes()
             self.environments.append(dict(item.split("=", 1) for item in raw.decode().split("\0") if "=" in item))
 
