@@ -155,17 +155,6 @@ class Conv2d(WeightsAndBias, Module):
         # dL/dx as kernels.conv2d_backward defines it, offset by offset (faster: see sgrad.fast)
         return fast.conv2d_input_delta(output_delta, self.input.shape, self.weights, self.stride, self.padding)
 
-    def update(self, alpha: float = 0.1) -> None:
-        """One descent step with the gradients of the last ``backward``; ``alpha`` is the learning rate."""
-        if self.weights_grad is None:
-            raise ValueError("update() needs the gradients of the last forward pass; "
-                             "call backward(output_delta) after forward(x) first")
-        alpha = validation.check_learning_rate(alpha)
-        for name, param in self.own_parameters().items():
-            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
-        self.weights_grad = self.bias_grad = None
-        self._stale = True
-
     def __repr__(self) -> str:
         return (f"Conv2d({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
                 f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None})")

@@ -110,21 +110,6 @@ class Layer(WeightsAndBias, Module):
             input_delta)
         return delta
 
-    def update(self, alpha: float = 0.1) -> None:
-        """Take one descent step with the gradients stored by the last ``backward``.
-
-        ``alpha`` is the learning rate handed to the layer's update rule.
-        """
-        if self.weights_grad is None:
-            raise ValueError("update() needs the gradients of the last forward pass; "
-                             "call backward(output_delta) after forward(input) first")
-        alpha = validation.check_learning_rate(alpha)
-        for name, param in self.own_parameters().items():
-            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
-        # Each forward/backward pair pays for one step; stale gradients are never applied twice.
-        self.weights_grad = self.bias_grad = None
-        self._stale = True
-
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.input_dim}, {self.output_dim}, "
                 f"nonlin={self.nonlin.__name__}, bias={self.bias is not None})")

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from . import validation
+
 
 class Module:
     """Base of sgrad's modules: the tree, the mode, and the arrays a module owns."""
@@ -85,13 +87,18 @@ class Module:
 class WeightsAndBias:
     """For a module that learns ``weights`` and an optional ``bias`` (a dense layer, a convolution).
 
-    The module sets ``weights``, ``bias`` (None if disabled) and, in ``backward``, ``weights_grad`` and ``bias_grad``.
+    The module sets ``weights``, ``bias`` (None if disabled), ``update_rule`` and ``update_state`` and, in
+    ``backward``, ``weights_grad`` and ``bias_grad``; ``update`` sets ``_stale`` (the last forward pass used the old
+    weights).
     """
 
     weights: np.ndarray
     bias: np.ndarray | None
     weights_grad: np.ndarray | None
     bias_grad: np.ndarray | None
+    update_rule: Any
+    update_state: dict[str, Any]
+    _stale: bool
 
     def own_parameters(self) -> dict[str, np.ndarray]:
         """The trainable arrays by name: ``{'weights': W, 'bias': b}`` (no bias if disabled)."""
@@ -107,3 +114,17 @@ class WeightsAndBias:
         if self.bias is not None:
             grads["bias"] = self.bias_grad
         return grads
+
+    def update(self, alpha: float = 0.1) -> None:
+        """One descent step with the gradients stored by the last ``backward``; ``alpha`` is the learning rate.
+
+        Each forward/backward pair pays for one step: stale gradients are never applied twice.
+        """
+        if self.weights_grad is None:
+            raise ValueError("update() needs the gradients of the last forward pass; "
+                             "call backward(output_delta) after forward(input) first")
+        alpha = validation.check_learning_rate(alpha)
+        for name, param in self.own_parameters().items():
+            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+        self.weights_grad = self.bias_grad = None
+        self._stale = True
