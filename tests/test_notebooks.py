@@ -35,8 +35,8 @@ def execute(path, *, smoke):
     return notebook, time.perf_counter() - start
 
 
-def test_the_course_has_its_ten_notebooks_in_order():
-    assert [p.stem[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, 11)], [p.name for p in NOTEBOOKS]
+def test_the_course_has_its_eleven_notebooks_in_order():
+    assert [p.stem[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, 12)], [p.name for p in NOTEBOOKS]
 
 
 @pytest.mark.notebooks
