@@ -16,7 +16,9 @@ file, not a notebook, no kernel).  The grader trusts the notebook not to tamper 
 
 import argparse
 import asyncio
+import atexit
 import contextlib
+import copy
 import os
 import pathlib
 import signal
@@ -105,45 +107,75 @@ def read_notebook(path: pathlib.Path) -> Any:
 
 def grade(path: pathlib.Path, *, timeout: int = TIMEOUT) -> Grades:
     """Run the notebook at ``path`` in a fresh kernel, then each exercise's checker on the student's class."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import DeadKernelError
-
     notebook = read_notebook(path)
     first_check = len(notebook.cells)
-    notebook.cells += [nbformat.v4.new_code_cell(CHECK_CELL.format(class_name=exercise.class_name,
-                                                                   checker=exercise.checker, result_type=RESULT_TYPE))
-                       for exercise in EXERCISES]
+    start = time.perf_counter()
+    for attempt in range(1, KERNEL_STARTS + 1):
+        run = _run_once(notebook, path, timeout)
+        if run.interrupted:
+            raise KeyboardInterrupt
+        if run.started:
+            break
+        # The kernel never answered: not the notebook's fault.  Kernels started side by side can race for
+        # their ports, so a fresh kernel is worth another try.
+        if attempt == KERNEL_STARTS:
+            raise GradingError(f"could not run a python3 Jupyter kernel ({run.error}; {KERNEL_STARTS} tries); "
+                               "install one with: pip install -e '.[notebooks]'")
+    seconds = time.perf_counter() - start
+    student_cells = run.notebook.cells[:first_check]
+    results = [_result(exercise, cell, student_cells, run.died, timeout)
+               for exercise, cell in zip(EXERCISES, run.notebook.cells[first_check:])]
+    return Grades(results, [f"{place}: {error}" for place, _, error in _cell_errors(student_cells)], seconds)
+
+
+KERNEL_STARTS = 3  # kernels to start before giving up on one that never answers
+
+
+@dataclass
+class _Run:
+    """One run of the notebook and its checks in one kernel."""
+
+    notebook: Any            # the executed copy, outputs included
+    started: bool = False    # the kernel answered, and the cells began to run
+    died: bool = False       # the kernel went away before the last check finished
+    interrupted: bool = False
+    error: str = ""          # why nbclient stopped early, if it did
+
+
+def _run_once(notebook: Any, path: pathlib.Path, timeout: int) -> _Run:
+    """Run a copy of ``notebook``, then a check cell per exercise, in a fresh python3 kernel."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    run = _Run(copy.deepcopy(notebook))
+    run.notebook.cells += [nbformat.v4.new_code_cell(CHECK_CELL.format(
+        class_name=exercise.class_name, checker=exercise.checker, result_type=RESULT_TYPE)) for exercise in EXERCISES]
     # The kernel's log level keeps its own warnings (one about TCP on every start) out of the report.
-    client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
+    client = NotebookClient(run.notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
                             interrupt_on_timeout=True, extra_arguments=["--log-level=ERROR"],
                             resources={"metadata": {"path": str(path.parent)}})
-    start = time.perf_counter()
-    died = False
-    interrupted = _interruptible(client)
+    interrupted = _interruptible(client, run)
     try:
         client.execute(env={**os.environ, "SGRAD_SMOKE": "1"})
-    except DeadKernelError:
-        died = True
     except Exception as error:
-        if not interrupted:  # the kernel did not start: not the notebook's fault
-            raise GradingError(f"could not run a python3 Jupyter kernel ({type(error).__name__}: {error}); "
-                               "install one with: pip install -e '.[notebooks]'") from None
-    if interrupted:  # nbclient has shut the kernel down by now
-        raise KeyboardInterrupt
-    seconds = time.perf_counter() - start
-    student_cells = notebook.cells[:first_check]
-    results = [_result(exercise, cell, student_cells, died, timeout)
-               for exercise, cell in zip(EXERCISES, notebook.cells[first_check:])]
-    return Grades(results, [f"{place}: {error}" for place, _, error in _cell_errors(student_cells)], seconds)
+        # Once the cells run, nbclient stops early only when the kernel goes away: DeadKernelError when it
+        # notices the death, other errors when the death races its clean-up.
+        run.died = run.started
+        run.error = f"{type(error).__name__}: {error}".rstrip(": ")
+    # nbclient has cleaned up by now, and its exit hook would fail on a kernel already given up.  (On Ctrl-C
+    # before the kernel answered, the hook stays: it is what ends that kernel.)
+    atexit.unregister(client._cleanup_kernel)
+    run.interrupted = bool(interrupted)  # nbclient has shut the kernel down by now
+    return run
 
 
 class _Interrupted(Exception):
     """Ctrl-C while grading: ends ``client.execute`` as an ordinary error, so that nbclient shuts its kernel down."""
 
 
-def _interruptible(client: Any) -> list[int]:
-    """Make Ctrl-C stop ``client``'s run cleanly; returns the list that each Ctrl-C appends its signal to.
+def _interruptible(client: Any, run: _Run) -> list[int]:
+    """Make Ctrl-C stop ``client``'s run cleanly, and mark ``run`` started once its kernel answers; returns the
+    list that each Ctrl-C appends its signal to.
 
     The kernel runs in a session of its own, so the terminal's Ctrl-C reaches the grader alone.  Once
     the kernel is up, the first Ctrl-C is passed on to the kernel (as Jupyter's own interrupt does), so
@@ -160,6 +192,7 @@ def _interruptible(client: Any) -> list[int]:
                 os.kill(pid, signal.SIGINT if len(interrupted) == 1 else signal.SIGKILL)
 
     def listen(**_: Any) -> None:
+        run.started = True
         # nbclient removes the loop's SIGINT handler when the run ends, whoever installed it.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals here: not the main thread
             asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_interrupt)

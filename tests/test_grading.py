@@ -7,6 +7,7 @@ dies.  Each is graded once, all at the same time, by the real command in a subpr
 fixture); the tests read its report and exit status.
 """
 
+import json
 import os
 import pathlib
 import signal
@@ -236,3 +237,51 @@ def test_ctrl_c_prints_one_line_exits_130_and_ends_the_kernel(tmp_path):
     while marked(value) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert marked(value) == []
+
+
+LAUNCHER = """\
+import os, pathlib, sys
+starts = pathlib.Path(os.environ["SGRAD_TEST_KERNEL_STARTS"])
+started = int(starts.read_text()) if starts.exists() else 0
+starts.write_text(str(started + 1))
+if started < int(os.environ["SGRAD_TEST_KERNEL_FAILURES"]):
+    sys.exit(1)  # dies before it answers, as a kernel that lost the race for its ports does
+from ipykernel.kernelapp import launch_new_instance
+launch_new_instance()
+"""
+
+
+def flaky_kernel(tmp_path, failures):
+    """An environment whose python3 kernel dies at its first ``failures`` starts, and a file counting its starts."""
+    spec = tmp_path / "jupyter" / "kernels" / "python3"
+    spec.mkdir(parents=True)
+    (spec / "launch.py").write_text(LAUNCHER)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(spec / "launch.py"), "-f", "{connection_file}"],
+        "display_name": "Python 3 (dies at its first starts)", "language": "python"}))
+    starts = tmp_path / "starts"
+    return {**os.environ, "JUPYTER_PATH": str(tmp_path / "jupyter"), "SGRAD_TEST_KERNEL_STARTS": str(starts),
+            "SGRAD_TEST_KERNEL_FAILURES": str(failures)}, starts
+
+
+def test_a_kernel_that_dies_before_it_answers_is_started_again(tmp_path):
+    env, starts = flaky_kernel(tmp_path, failures=1)
+    path = tmp_path / "empty.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
+    run = subprocess.run(COMMAND + [str(path)], capture_output=True, text=True, timeout=120, env=env)
+    assert starts.read_text() == "2"
+    assert run.returncode == 1, run.stderr
+    assert run.stdout.rstrip().endswith("0 of 3 exercises passed.")
+    assert "MyLayer is not defined" in run.stdout
+    assert "Traceback" not in run.stderr
+
+
+def test_a_kernel_that_never_answers_exits_2_after_three_starts(tmp_path):
+    env, starts = flaky_kernel(tmp_path, failures=10)
+    run = subprocess.run(COMMAND + [str(NOTEBOOK)], capture_output=True, text=True, timeout=120, env=env)
+    assert starts.read_text() == "3"
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr.startswith("python -m sgrad.grading: error: could not run a python3 Jupyter kernel (")
+    assert "3 tries); install one with: pip install -e '.[notebooks]'" in run.stderr
+    assert "Traceback" not in run.stderr
