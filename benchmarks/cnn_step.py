@@ -20,10 +20,9 @@ preallocated arrays: about the floor of an im2col step with this BLAS); each rou
 The ratio is the median over rounds of sgrad's time over PyTorch's in the same round, so a slow stretch of a shared
 machine hits both alike; the spread is the lowest and highest round.
 
-OpenBLAS picks its kernels for the CPU it detects.  It may take a recent CPU for an older one (it takes this
-machine's AMD EPYC, which has AVX-512, for a Haswell): ``OPENBLAS_CORETYPE=SkylakeX`` then selects its AVX-512
-kernels, which matters here, where the matrix products are most of the step.  PyTorch's oneDNN detects the CPU
-on its own.
+OpenBLAS picks its kernels for the CPU it detects, and PyTorch's oneDNN picks its own, so the float32 ratio
+depends on the machine (the matrix products are most of the step): the report's first line names the CPU,
+whether it has AVX-512, and any ``OPENBLAS_CORETYPE`` override (see ``machine.py``).
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/cnn_step.py [--dtype float32 float64] [--batch 64] [--rounds 15]
 Exit status 0 if sgrad is within the target (1.5 times PyTorch's time) for every dtype measured.
@@ -41,6 +40,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from machine import describe  # noqa: E402
 
 from sgrad import Layer, Sequential  # noqa: E402
 from sgrad.conv import Flatten, conv_block  # noqa: E402
@@ -184,6 +184,7 @@ def main(argv=None):
     except ImportError:
         torch = None
         print("PyTorch is not installed: timing sgrad and the products alone only.")
+    print(describe())
     if torch is not None:
         torch.set_num_threads(THREADS)
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), "

@@ -35,6 +35,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
+from machine import describe  # noqa: E402
 
 from sgrad.recurrent import LSTM  # noqa: E402
 
@@ -160,6 +161,7 @@ def main(argv=None):
     except ImportError:
         torch = None
         print("PyTorch is not installed: timing sgrad and the products alone only.")
+    print(describe())
     if torch is not None:
         torch.set_num_threads(THREADS)
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), "

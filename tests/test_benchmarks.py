@@ -71,3 +71,16 @@ def test_the_cnn_benchmark_times_the_same_step_on_both_sides():
         x, y = cnn_step.batch_of(4, np.dtype(np.float64), seed=0)
         loss_gap, weight_gap = cnn_step.same_step(x, y, rule)
         assert loss_gap < 1e-12 and weight_gap < 1e-12, f"{rule}: loss {loss_gap:.1e}, weights {weight_gap:.1e} apart"
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/cpuinfo").exists(), reason="reads the CPU's flags from /proc/cpuinfo")
+def test_the_machine_line_says_whether_the_cpu_has_avx512_as_its_flags_do(monkeypatch):
+    import machine
+
+    flags = next(line for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "Haswell")
+    line = machine.describe()
+    assert f"(AVX-512: {'yes' if 'avx512f' in flags.split() else 'no'})" in line
+    assert line.endswith("; OPENBLAS_CORETYPE=Haswell")
+    monkeypatch.delenv("OPENBLAS_CORETYPE")
+    assert machine.describe().endswith("; OPENBLAS_CORETYPE=unset")
