@@ -6,7 +6,10 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
 1. the single-process steps (``sgrad.steps.dni_step``, ``backprop_step``), median time per step,
    gathering the batch included (as the bottom worker gathers it);
 2. the same nets on 1 and 2 local workers (``sgrad.parallel.train_parallel``): examples per
-   second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4);
+   second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4),
+   and the seconds the workers spent computing per step (their timelines' forward, backward and
+   update events), beside the compute the simulator is given: where the two differ, the blocks ran
+   slower in the workers than in one process, which the simulator's cost model leaves out;
 3. one message's one-way time between two local worker processes (``multiprocessing.Queue``) and
    between two Ray actors (a call of the neighbour's ``deliver``), for h of one batch, (256, 256);
 4. each block's forward, backward, update, generator and regression times, and the top layer's,
@@ -80,10 +83,11 @@ def single_process_step(method, train, steps):
 
 
 def pipeline_throughput(method, split, workers, steps, engine):
-    """Examples per second of ``method`` on ``workers`` workers in the steady state.
+    """``(examples per second, seconds of computing per step)`` of ``method`` on ``workers`` workers, steady state.
 
     From worker 0's start of batch steps/4 to its start of batch 3 steps/4: start-up, the final flush
-    and the one evaluation (after the last step) are outside.
+    and the one evaluation (after the last step) are outside.  The computing is every worker's forward,
+    backward and update events (waits left out) over those steps, from the run's timeline.
     """
     first, last = steps // 4, 3 * steps // 4
     layers = build_network(method, 784, CONFIG)
@@ -94,7 +98,9 @@ def pipeline_throughput(method, split, workers, steps, engine):
     for event in result.timeline:
         if event.worker == 0 and event.kind == "forward":
             starts[event.step] = min(event.start, starts.get(event.step, event.start))
-    return BATCH * (last - first) / (starts[last] - starts[first])
+    computing = sum(event.end - event.start for event in result.timeline
+                    if event.kind != "wait" and first <= event.step < last)
+    return BATCH * (last - first) / (starts[last] - starts[first]), computing / (last - first)
 
 
 def block_times(method, train, rounds=30):
@@ -240,14 +246,16 @@ def report(args):
     engines = {"local": LocalEngine, **({"ray": RayEngine} if args.ray else {})}
     runs: dict = {}
     messages: dict = {name: [] for name in engines}
+    computing: dict = {}
     for repeat in range(args.repeats):
         for method in ("dni", "backprop"):
             runs.setdefault((method, "one process", 1), []).append(
                 BATCH / single_process_step(method, train, args.steps // 2))
             for name, engine in engines.items():
                 for workers in (1, 2):
-                    runs.setdefault((method, name, workers), []).append(
-                        pipeline_throughput(method, split, workers, args.steps, engine()))
+                    rate, seconds = pipeline_throughput(method, split, workers, args.steps, engine())
+                    runs.setdefault((method, name, workers), []).append(rate)
+                    computing.setdefault((method, name, workers), []).append(seconds)
         messages["local"].append(local_message_seconds())
         if args.ray:
             messages["ray"].append(ray_message_seconds())
@@ -260,16 +268,21 @@ def report(args):
             for workers in (1, 2):
                 predicted[(method, name, workers)] = throughput(method, blocks, top, workers,
                                                                 transfer=transfer[name], batch=BATCH)
-    lines = ["| run | examples/s, median (range) | simulator | simulator's error |", "|---|---:|---:|---:|"]
+    lines = ["| run | examples/s, median (range) | simulator | simulator's error | computing per step: in the "
+             "workers / the simulator's |", "|---|---:|---:|---:|---:|"]
     errors = {}
     for (method, engine, workers), values in runs.items():
         label = f"{method}, {engine}" + ("" if engine == "one process" else f", {workers} workers")
         if (method, engine, workers) in predicted:
             guess = predicted[(method, engine, workers)]
             errors[(method, engine, workers)] = guess / np.median(values) - 1
-            lines.append(f"| {label} | {spread(values)} | {guess:,.0f} | {100 * errors[(method, engine, workers)]:+.1f}% |")
+            blocks, top = measured_blocks[method]
+            modelled = top + sum(sum(block) for block in blocks)
+            inside = float(np.median(computing[(method, engine, workers)]))
+            lines.append(f"| {label} | {spread(values)} | {guess:,.0f} | {100 * errors[(method, engine, workers)]:+.1f}% "
+                         f"| {1e3 * inside:.2f} / {1e3 * modelled:.2f} ms |")
         else:
-            lines.append(f"| {label} | {spread(values)} | | |")
+            lines.append(f"| {label} | {spread(values)} | | | |")
     dni_speedup = np.median(runs[("dni", "local", 2)]) / np.median(runs[("dni", "one process", 1)])
     backprop_ratio = np.median(runs[("backprop", "local", 2)]) / np.median(runs[("backprop", "one process", 1)])
     checks = {
@@ -292,7 +305,10 @@ def report(args):
         (out / "results.md").write_text(text + "\n")
         (out / "results.json").write_text(json.dumps({
             "runs": [{"method": m, "engine": e, "workers": w, "examples_per_second": v} for (m, e, w), v in runs.items()],
-            "message_seconds": messages, "predicted": [{"method": m, "engine": e, "workers": w, "examples_per_second": v}
+            "message_seconds": messages,
+            "computing_seconds_per_step": [{"method": m, "engine": e, "workers": w, "seconds": v}
+                                           for (m, e, w), v in computing.items()],
+            "predicted": [{"method": m, "engine": e, "workers": w, "examples_per_second": v}
                                                        for (m, e, w), v in predicted.items()]}, indent=1))
     if args.ray:
         ray.shutdown()
