@@ -127,6 +127,31 @@ def _mnist_path(text):
     return text
 
 
+def _add_mnist_training(parser: argparse.ArgumentParser, *, eval_every: int, out: str, unit: str) -> None:
+    """The options that ``sgrad paper`` and ``sgrad parallel`` share: rates, data, seed, output and checkpoints."""
+    parser.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
+                        help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
+    parser.add_argument("--generator-lr", type=_positive_float, default=None,
+                        help="generators' learning rate (default: --lr)")
+    parser.add_argument("--eval-every", type=_int_at_least(1), default=eval_every,
+                        help=f"iterations between test-accuracy measurements (default {eval_every})")
+    parser.add_argument("--train-subset", type=_int_at_least(1), default=None,
+                        help="train on this many examples drawn with --seed (default: all 60000)")
+    parser.add_argument("--no-verify", action="store_true",
+                        help="accept an archive in the mnist.npz layout that is not the real MNIST (no hash check)")
+    parser.add_argument("--dtype", choices=DTYPES, default=PAPER_DEFAULTS.dtype,
+                        help=f"the networks' and the images' float type (default {PAPER_DEFAULTS.dtype})")
+    parser.add_argument("--seed", type=_int_at_least(0), default=0,
+                        help="fixes weights, generators and batches (default 0)")
+    parser.add_argument("--data", type=_mnist_path, default=None,
+                        help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
+    parser.add_argument("--out", default=out, help=f"output and cache folder (default {out})")
+    parser.add_argument("--checkpoint-every", type=_int_at_least(0), default=500, metavar="ITERATIONS",
+                        help=f"save the running {unit}'s state in --out/checkpoints every ITERATIONS iterations, so "
+                             f"an interrupted {unit} carries on from there (default 500; 0: no checkpoints)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sgrad", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -203,25 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                           f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))}); with --arch cnn, hidden "
                           "channels of the convolutional generator (default: two of --channels)")
     pap.add_argument("--no-generator-batchnorm", action="store_true", help="mlp generator without batch norm")
-    pap.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
-                     help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
-    pap.add_argument("--generator-lr", type=_positive_float, default=None, help="generators' learning rate (default: --lr)")
-    pap.add_argument("--eval-every", type=_int_at_least(1), default=PAPER_DEFAULTS.eval_every,
-                     help=f"iterations between test-accuracy measurements (default {PAPER_DEFAULTS.eval_every})")
-    pap.add_argument("--train-subset", type=_int_at_least(1), default=None,
-                     help="train on this many examples drawn with --seed (default: all 60000)")
-    pap.add_argument("--no-verify", action="store_true",
-                     help="accept an archive in the mnist.npz layout that is not the real MNIST (no hash check)")
-    pap.add_argument("--dtype", choices=DTYPES, default=PAPER_DEFAULTS.dtype,
-                     help=f"the networks' and the images' float type (default {PAPER_DEFAULTS.dtype})")
-    pap.add_argument("--seed", type=_int_at_least(0), default=0, help="fixes weights, generators and batches (default 0)")
-    pap.add_argument("--data", type=_mnist_path, default=None,
-                     help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
-    pap.add_argument("--out", default="results/paper", help="output and cache folder (default results/paper)")
-    pap.add_argument("--checkpoint-every", type=_int_at_least(0), default=500, metavar="ITERATIONS",
-                     help="save the running cell's state in --out/checkpoints every ITERATIONS iterations, so an "
-                          "interrupted cell carries on from there (default 500; 0: no checkpoints)")
-    pap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_mnist_training(pap, eval_every=PAPER_DEFAULTS.eval_every, out="results/paper", unit="cell")
 
     par = commands.add_parser(
         "parallel", help="every block in its own worker: backprop, pipelined backprop, DNI and cDNI in wall-clock time",
@@ -255,25 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--generator-hidden", type=_widths, default=PAPER_DEFAULTS.generator_hidden,
                      help="hidden widths of the mlp generator (default "
                           f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))})")
-    par.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
-                     help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
-    par.add_argument("--generator-lr", type=_positive_float, default=None, help="generators' learning rate (default: --lr)")
-    par.add_argument("--eval-every", type=_int_at_least(1), default=100,
-                     help="iterations between test-accuracy measurements (default 100)")
-    par.add_argument("--train-subset", type=_int_at_least(1), default=None,
-                     help="train on this many examples drawn with --seed (default: all 60000)")
-    par.add_argument("--no-verify", action="store_true",
-                     help="accept an archive in the mnist.npz layout that is not the real MNIST (no hash check)")
-    par.add_argument("--dtype", choices=DTYPES, default=PAPER_DEFAULTS.dtype,
-                     help=f"the networks' and the images' float type (default {PAPER_DEFAULTS.dtype})")
-    par.add_argument("--seed", type=_int_at_least(0), default=0, help="fixes weights, generators and batches (default 0)")
-    par.add_argument("--data", type=_mnist_path, default=None,
-                     help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
-    par.add_argument("--out", default="results/parallel", help="output and cache folder (default results/parallel)")
-    par.add_argument("--checkpoint-every", type=_int_at_least(0), default=500, metavar="ITERATIONS",
-                     help="save the running run's state in --out/checkpoints every ITERATIONS iterations, so an "
-                          "interrupted run carries on from there (default 500; 0: no checkpoints)")
-    par.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_mnist_training(par, eval_every=100, out="results/parallel", unit="run")
 
     rnn = commands.add_parser(
         "rnn", help="truncated BPTT with and without DNI on Copy and Repeat Copy: the largest N solved per T",
