@@ -84,3 +84,21 @@ def test_the_machine_line_says_whether_the_cpu_has_avx512_as_its_flags_do(monkey
     assert line.endswith("; OPENBLAS_CORETYPE=Haswell")
     monkeypatch.delenv("OPENBLAS_CORETYPE")
     assert machine.describe().endswith("; OPENBLAS_CORETYPE=unset")
+
+
+def test_the_copy_diagnosis_prints_a_row_of_scores_per_method_and_the_linear_ceiling(capsys):
+    copy_diagnosis = pytest.importorskip("copy_diagnosis")
+    copy_diagnosis.main(["--length", "2", "--window", "2", "--steps", "20", "--every", "10", "--ceiling"])
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in copy_diagnosis.METHODS}
+    assert list(rows) == list(copy_diagnosis.METHODS)
+    for row in rows.values():
+        scores = [float(value) for value in row.split()[1:3]]
+        assert all(0 <= score <= 2 * 8 for score in scores), row  # wrong bits of 2 vectors of 8 bits
+    ceilings = [line for line in lines if "cosine with the true gradient" in line]
+    cosines = [float(c) for line in ceilings for c in re.findall(r"(?:best linear map|the generator) (-?[\d.]+)", line)]
+    assert len(cosines) == 2 + 4 + 4  # boundaries s_2 and s_4 of a 5-step sequence: bptt 1 each, the DNIs 2 each
+    assert all(-1 <= c <= 1 for c in cosines)
+    assert len(ceilings) == 3  # every method but full BPTT, which has no boundary
+    assert all("s_2: best linear map" in line for line in ceilings)
+    assert "the generator" not in ceilings[0] and "the generator" in ceilings[1]  # bptt has no generator
