@@ -246,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--engine", choices=ENGINES, default="local",
                      help="local processes (default) or Ray actors (pip install 'sgrad[ray]')")
     par.add_argument("--ray-address", default=None,
-                     help="the Ray cluster to run on, e.g. 192.168.1.10:6379 (default: a Ray started for each run "
+                     help="the Ray cluster to run on, e.g. HEAD_NODE:6379 (default: a Ray started for each run "
                           "on this machine)")
     par.add_argument("--budget", type=_positive_float, default=60.0,
                      help="wall-clock seconds at which the table reads each run's test accuracy (default 60)")

@@ -1,6 +1,6 @@
 """The Ray engine: one Ray actor per worker, for a user who outgrows one machine (``pip install 'sgrad[ray]'``).
 
-``RayEngine(address)`` connects to the Ray cluster at ``address`` (e.g. ``'192.168.1.10:6379'``, or
+``RayEngine(address)`` connects to the Ray cluster at ``address`` (the head node's ``'host:port'``, or
 ``'auto'`` on a node of it); ``RayEngine()`` starts a Ray on this machine for the run and shuts it
 down after: a single-node Ray whose services listen on 127.0.0.1 only (:data:`LOOPBACK_ONLY`, which
 must be in the environment before Ray is imported; a warning says when it came too late), with no
