@@ -14,6 +14,11 @@ script also asks how much of the true gradient at each boundary state s_k *any* 
 predict: a least-squares fit on 3,000 sequences, scored by its cosine with the truth on 1,000 others,
 beside the cosine of the trained generator's ĝ.
 
+After training, each method's row is followed by what its core's state looks like after the delimiter
+(on 256 fresh sequences): the mean |h|, the share of h's entries beyond ±0.95 (tanh saturated), and the
+mean |c|.  Saturated units carry little gradient and little information; a synthetic gradient that keeps
+pushing the state along one direction drives them there.
+
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/copy_diagnosis.py [--length 3] [--window 2] [--steps 5000]
       [--methods bptt,dni,dni-true,full] [--seed 0] [--ceiling]
 """
@@ -49,6 +54,14 @@ def error(core, readout, x, y, mask):
     outputs, _ = core.predict(x)
     logits = readout.predict(outputs.reshape(-1, HIDDEN)).reshape(y.shape)
     return float(bits_error(logits, y, mask).mean())
+
+
+def state_statistics(core, length, rng):
+    """``(mean |h|, share of |h| > 0.95, mean |c|)`` of the state after the delimiter, on fresh sequences."""
+    x, _, _ = copy_batch(SCORED, length, bits=BITS, rng=rng)
+    _, state = core.predict(x[:, :length + 1])
+    h, c = state[:, :core.hidden_dim], state[:, core.hidden_dim:]
+    return float(np.abs(h).mean()), float((np.abs(h) > 0.95).mean()), float(np.abs(c).mean())
 
 
 def future_gradient(core, readout, x, y, mask, state):
@@ -112,6 +125,8 @@ def main(argv=None):
                 scores.append(error(core, readout, *copy_batch(SCORED, args.length, bits=BITS, rng=rng)))
         print(f"{method:9s} " + " ".join(f"{s:5.2f}" for s in scores) + f"   ({time.perf_counter() - start:.0f} s)",
               flush=True)
+        print("          state after the delimiter: mean |h| {:.2f}, |h| > 0.95: {:.0%}, mean |c| {:.2f}".format(
+            *state_statistics(core, args.length, rng)), flush=True)
         if args.ceiling and method != "full":
             print("          cosine with the true gradient: "
                   + ceiling(core, readout, generator, args.length, args.window, rng), flush=True)

@@ -102,3 +102,9 @@ def test_the_copy_diagnosis_prints_a_row_of_scores_per_method_and_the_linear_cei
     assert len(ceilings) == 3  # every method but full BPTT, which has no boundary
     assert all("s_2: best linear map" in line for line in ceilings)
     assert "the generator" not in ceilings[0] and "the generator" in ceilings[1]  # bptt has no generator
+    states = [re.search(r"mean \|h\| ([\d.]+), \|h\| > 0.95: (\d+)%, mean \|c\| ([\d.]+)", line)
+              for line in lines if "state after the delimiter" in line]
+    assert len(states) == len(copy_diagnosis.METHODS) and all(states)
+    for found in states:
+        mean_h, saturated, mean_c = float(found[1]), int(found[2]), float(found[3])
+        assert 0 < mean_h < 1 and 0 <= saturated <= 100 and mean_c > 0
