@@ -14,13 +14,17 @@ script also asks how much of the true gradient at each boundary state s_k *any* 
 predict: a least-squares fit on 3,000 sequences, scored by its cosine with the truth on 1,000 others,
 beside the cosine of the trained generator's ĝ.
 
+``--hold H --ramp R`` (a warm-up, for the DNI methods): ĝ enters the window's backward with a weight β
+that is 0 for the first H steps (truncated BPTT while M learns), then rises linearly to 1 over the next
+R steps.  The bootstrapped target is what then reaches s_k, so it holds β·ĝ too.
+
 After training, each method's row is followed by what its core's state looks like after the delimiter
 (on 256 fresh sequences): the mean |h|, the share of h's entries beyond ±0.95 (tanh saturated), and the
 mean |c|.  Saturated units carry little gradient and little information; a synthetic gradient that keeps
 pushing the state along one direction drives them there.
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/copy_diagnosis.py [--length 3] [--window 2] [--steps 5000]
-      [--methods bptt,dni,dni-true,full] [--seed 0] [--ceiling]
+      [--methods bptt,dni,dni-true,full] [--seed 0] [--ceiling] [--hold 0 --ramp 0]
 """
 
 import argparse
@@ -47,6 +51,26 @@ def build(method, seed):
     readout = Layer(HIDDEN, BITS, "identity", update_rule="adam", seed=readout_seed)
     generator = LinearGenerator(core.state_dim, update_rule="adam") if method.startswith("dni") else None
     return core, readout, generator
+
+
+class WarmingUp:
+    """M, with its ĝ weighted by β = clip((step - hold) / ramp, 0, 1) when it enters a backward (set ``step``)."""
+
+    def __init__(self, generator, hold, ramp):
+        self.generator, self.hold, self.ramp, self.step = generator, hold, ramp, 0
+        self.output_dim, self.condition_dim = generator.output_dim, 0
+
+    def weight(self):
+        return float(np.clip((self.step - self.hold) / max(self.ramp, 1), 0.0, 1.0))
+
+    def predict(self, state):
+        return self.weight() * self.generator.predict(state)
+
+    def forward(self, state):
+        return self.generator.forward(state)
+
+    def update(self, target, alpha):
+        return self.generator.update(target, alpha)
 
 
 def error(core, readout, x, y, mask):
@@ -91,7 +115,7 @@ def ceiling(core, readout, generator, length, window, rng):
         fit, *_ = np.linalg.lstsq(design[:3000], truth[:3000], rcond=None)
         row = f"s_{begin}: best linear map {cosine(design[3000:] @ fit, truth[3000:]):.2f}"
         if generator is not None:
-            row += f", the generator {cosine(generator.predict(state[3000:]), truth[3000:]):.2f}"
+            row += f", the generator {cosine(generator.generator.predict(state[3000:]), truth[3000:]):.2f}"
         rows.append(row)
     return "; ".join(rows)
 
@@ -105,6 +129,8 @@ def main(argv=None):
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--alpha", type=float, default=3e-3, help="the core's and readout's Adam rate (3e-3)")
     parser.add_argument("--generator-alpha", type=float, default=3e-4, help="the generator's Adam rate (3e-4)")
+    parser.add_argument("--hold", type=int, default=0, help="DNI: steps before ĝ enters the backward (default 0)")
+    parser.add_argument("--ramp", type=int, default=0, help="DNI: steps over which ĝ's weight then rises to 1 (0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ceiling", action="store_true", help="after training, the linear-fit ceiling per boundary")
     args = parser.parse_args(argv)
@@ -114,9 +140,13 @@ def main(argv=None):
         if method not in METHODS:
             parser.error(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
         core, readout, generator = build(method, args.seed)
+        if generator is not None:
+            generator = WarmingUp(generator, args.hold, args.ramp)
         rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(3)[2])
         scores, start = [], time.perf_counter()
         for step in range(1, args.steps + 1):
+            if generator is not None:
+                generator.step = step
             x, y, mask = copy_batch(BATCH, args.length, bits=BITS, rng=rng)
             tbptt_step(core, readout, x, y, bce_with_logits, args.alpha,
                        window=x.shape[1] if method == "full" else args.window, generator=generator,

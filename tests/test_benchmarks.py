@@ -108,3 +108,19 @@ def test_the_copy_diagnosis_prints_a_row_of_scores_per_method_and_the_linear_cei
     for found in states:
         mean_h, saturated, mean_c = float(found[1]), int(found[2]), float(found[3])
         assert 0 < mean_h < 1 and 0 <= saturated <= 100 and mean_c > 0
+
+
+def test_the_copy_diagnosis_dni_held_for_every_step_trains_exactly_as_truncated_bptt(capsys):
+    copy_diagnosis = pytest.importorskip("copy_diagnosis")
+
+    def rows(*extra):
+        copy_diagnosis.main(["--length", "2", "--window", "2", "--steps", "40", "--every", "10",
+                             "--methods", "bptt,dni", *extra])
+        lines = capsys.readouterr().out.splitlines()
+        return {line.split()[0]: line.split()[1:5] for line in lines if line.split()[:1] in (["bptt"], ["dni"])}
+
+    held = rows("--hold", "40")
+    assert held["dni"] == held["bptt"]  # ĝ weighted 0 at every step: the same core, the same scores
+    warmed = rows("--hold", "10", "--ramp", "10")
+    assert warmed["dni"][0] == warmed["bptt"][0]  # the same until step 10
+    assert warmed["dni"][1:] != warmed["bptt"][1:]  # then ĝ enters
