@@ -16,6 +16,7 @@ Hypothesis runs the ``ci`` profile unless ``HYPOTHESIS_PROFILE`` names another:
 import os
 import pathlib
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -231,3 +232,15 @@ def copy_of_the_code(folder):
         source = pathlib.Path(package.__file__).parent
         shutil.copytree(source, src / source.name, ignore=shutil.ignore_patterns("__pycache__"))
     return src
+
+
+def assert_group_ends(group, what, seconds=15):
+    """Fail unless every process of the session ``group`` (a started command's pid) has exited within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    pytest.fail(f"a process of {what} outlived it")

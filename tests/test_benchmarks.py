@@ -1,13 +1,19 @@
 """The benchmarks' own pieces: the flat NumPy floor computes sgrad's step, the limit counts the products, the
-profiling loop runs a row and sums a profile, and the CNN benchmark's two sides take the same step."""
+profiling loop runs a row and sums a profile, the CNN benchmark's two sides take the same step, the copy diagnosis
+and the parallel benchmark run and print what they say they do."""
 
+import json
+import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+
+from conftest import assert_group_ends
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 performance = pytest.importorskip("performance")
@@ -124,3 +130,29 @@ def test_the_copy_diagnosis_dni_held_for_every_step_trains_exactly_as_truncated_
     warmed = rows("--hold", "10", "--ramp", "10")
     assert warmed["dni"][0] == warmed["bptt"][0]  # the same until step 10
     assert warmed["dni"][1:] != warmed["bptt"][1:]  # then ĝ enters
+
+
+def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "parallel.py"
+    run = subprocess.Popen([sys.executable, str(script), "--steps", "16", "--repeats", "1", "--out", str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, stderr = run.communicate(timeout=600)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+            run.wait(timeout=30)
+    assert run.returncode in (0, 1), stderr  # 1: a target missed, which 16 steps say nothing about
+    assert_group_ends(run.pid, "the benchmark's group")  # no worker outlived it
+    rows = {cells[0]: cells[1:] for cells in (line.strip("| ").split(" | ") for line in
+                                              (tmp_path / "results.md").read_text().splitlines())
+            if cells[0].endswith(("one process", "worker", "workers"))}
+    assert sorted(rows) == ["backprop, local, 1 worker", "backprop, local, 2 workers", "backprop, one process",
+                            "dni, local, 1 worker", "dni, local, 2 workers", "dni, one process"]
+    for name, cells in rows.items():
+        assert float(cells[0].split()[0].replace(",", "")) > 0, name  # examples per second
+        if name.endswith("1 worker"):
+            # One worker's steady state is its compute: given that compute, the simulator must find its throughput.
+            assert abs(float(cells[-1].rstrip("%"))) < 35, (name, cells)
+    measured = json.loads((tmp_path / "results.json").read_text())
+    assert len(measured["runs"]) == 6 and len(measured["computing_seconds_per_step"]) == 4

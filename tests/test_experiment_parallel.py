@@ -6,11 +6,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import tiny_mnist
+from conftest import assert_group_ends, tiny_mnist
 
 from sgrad.experiments.parallel import accuracy_at, examples_per_second, timeline_window
 from sgrad.parallel import SCHEDULE_NAMES
@@ -121,15 +120,7 @@ def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path):
     assert stdout == ""
     assert [line for line in rest.splitlines() if not line.startswith("[dni, 2 workers] iteration")] == [
         f"sgrad parallel: interrupted; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:  # the group empties: no worker outlived the command, nor did its helpers
-        try:
-            os.killpg(run.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("a process of the command's group outlived it")
+    assert_group_ends(run.pid, "the command's group")  # no worker outlived the command, nor did its helpers
 
 
 def test_examples_per_second_count_from_the_first_evaluation_to_the_last():

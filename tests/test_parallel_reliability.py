@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import assert_group_ends
 from sgrad import TrainingDiverged
 from sgrad.blocks import Sequential
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
@@ -148,15 +149,7 @@ def test_ctrl_c_to_the_process_group_stops_the_driver_and_every_worker(long_run)
     assert process.wait(timeout=60) == 130
     assert process.stdout.read().strip() == "interrupted"
     assert wait_until_gone(workers) == []
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:  # nothing of the group is left, multiprocessing's helpers included
-        try:
-            os.killpg(process.pid, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("a process of the run's group outlived it")
+    assert_group_ends(process.pid, "the run's group")  # multiprocessing's helpers included
 
 
 def test_workers_whose_driver_is_killed_exit_on_their_own(long_run):
