@@ -97,6 +97,15 @@ def test_a_download_with_the_wrong_hash_is_deleted(tmp_path, no_data_dir):
     assert not list(no_data_dir.iterdir())
 
 
+def test_a_download_is_checked_against_tiny_shakespeares_hash_by_default(tmp_path, no_data_dir):
+    served = tmp_path / "corpus.txt"
+    served.write_bytes(SAMPLE.encode())  # not Tiny Shakespeare
+    with pytest.raises(ValueError, match="has SHA-256") as caught:
+        text.load_text(cache_dir=no_data_dir, url=served.as_uri())
+    assert "expected 86c4e6aa9db7..." in str(caught.value)
+    assert not list(no_data_dir.iterdir())
+
+
 def test_a_malformed_hash_is_refused(no_data_dir):
     with pytest.raises(ValueError, match="64 hexadecimal digits"):
         text.load_text(cache_dir=no_data_dir, sha256="abc")
