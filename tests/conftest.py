@@ -15,7 +15,10 @@ Hypothesis runs the ``ci`` profile unless ``HYPOTHESIS_PROFILE`` names another:
 
 import os
 import pathlib
+import contextlib
 import shutil
+import signal
+import subprocess
 import time
 
 import numpy as np
@@ -244,3 +247,20 @@ def assert_group_ends(group, what, seconds=15):
             return
         time.sleep(0.05)
     pytest.fail(f"a process of {what} outlived it")
+
+
+@contextlib.contextmanager
+def started(arguments, **options):
+    """A command started in a session of its own, stdout and stderr piped as text.
+
+    On leaving, a command that is still running is killed with its whole group, and its pipes are closed:
+    a test that fails half-way leaves no process and no open file behind.
+    """
+    with subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True, **options) as run:
+        try:
+            yield run
+        finally:
+            if run.poll() is None:
+                os.killpg(run.pid, signal.SIGKILL)
+                run.wait(timeout=30)

@@ -3,17 +3,15 @@ profiling loop runs a row and sums a profile, the CNN benchmark's two sides take
 and the parallel benchmark run and print what they say they do."""
 
 import json
-import os
 import pathlib
 import re
-import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import assert_group_ends
+from conftest import assert_group_ends, started
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
 performance = pytest.importorskip("performance")
@@ -134,14 +132,8 @@ def test_the_copy_diagnosis_dni_held_for_every_step_trains_exactly_as_truncated_
 
 def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp_path):
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "parallel.py"
-    with subprocess.Popen([sys.executable, str(script), "--steps", "16", "--repeats", "1", "--out", str(tmp_path)],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as run:
-        try:
-            _, stderr = run.communicate(timeout=600)
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait(timeout=30)
+    with started([sys.executable, str(script), "--steps", "16", "--repeats", "1", "--out", str(tmp_path)]) as run:
+        _, stderr = run.communicate(timeout=600)
     assert run.returncode in (0, 1), stderr  # 1: a target missed, which 16 steps say nothing about
     assert_group_ends(run.pid, "the benchmark's group")  # no worker outlived it
     rows = {cells[0]: cells[1:] for cells in (line.strip("| ").split(" | ") for line in

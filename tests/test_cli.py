@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import tiny_mnist
+from conftest import started, tiny_mnist
 from matplotlib.image import imread
 
 import sgrad
@@ -313,19 +313,12 @@ def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_
 
 def test_ctrl_c_ends_with_one_line_status_130_and_no_process_left(tmp_path):
     out = tmp_path / "out"
-    with subprocess.Popen([str(SGRAD), "compare", *TINY, "--methods", "dni", "--epochs", "100000",
-                           "--checkpoint-every", "2", "--out", str(out)],
-                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as run:
-        try:
-            first = run.stderr.readline()
-            assert first.startswith("[dni] epoch 1/100000  train loss "), first
-            run.send_signal(signal.SIGINT)
-            stdout, rest = run.communicate(timeout=60)
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait(timeout=30)
+    with started([str(SGRAD), "compare", *TINY, "--methods", "dni", "--epochs", "100000", "--checkpoint-every", "2",
+                  "--out", str(out)], cwd=tmp_path) as run:
+        first = run.stderr.readline()
+        assert first.startswith("[dni] epoch 1/100000  train loss "), first
+        run.send_signal(signal.SIGINT)
+        stdout, rest = run.communicate(timeout=60)
     assert run.returncode == 130
     assert stdout == ""
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import assert_group_ends, tiny_mnist
+from conftest import assert_group_ends, started, tiny_mnist
 
 from sgrad.experiments.parallel import accuracy_at, examples_per_second, timeline_window
 from sgrad.parallel import SCHEDULE_NAMES
@@ -103,19 +103,12 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, args, message):
 
 def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path):
     out = tmp_path / "out"
-    with subprocess.Popen([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", "dni",
-                           "--workers", "2", "--data", str(tiny_mnist(tmp_path)), "--out", str(out)],
-                          cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True) as run:
-        try:
-            first = run.stderr.readline()
-            assert first.startswith("[dni, 2 workers] iteration 3/1000000  train loss "), first
-            os.killpg(run.pid, signal.SIGINT)
-            stdout, rest = run.communicate(timeout=60)
-        finally:
-            if run.poll() is None:
-                os.killpg(run.pid, signal.SIGKILL)
-                run.wait(timeout=30)
+    with started([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", "dni", "--workers", "2",
+                  "--data", str(tiny_mnist(tmp_path)), "--out", str(out)], cwd=tmp_path) as run:
+        first = run.stderr.readline()
+        assert first.startswith("[dni, 2 workers] iteration 3/1000000  train loss "), first
+        os.killpg(run.pid, signal.SIGINT)
+        stdout, rest = run.communicate(timeout=60)
     assert run.returncode == 130
     assert stdout == ""
     assert [line for line in rest.splitlines() if not line.startswith("[dni, 2 workers] iteration")] == [

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import nbformat
 import pytest
 
+from conftest import started
 from homework_solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
 from sgrad.grading import EXERCISES
 
@@ -217,8 +218,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_ends_the_kernel(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import time\nwhile True:\n    time.sleep(0.05)")]), notebook)
     value = uuid.uuid4().hex
-    run = grader([sys.executable, "-m", "sgrad", "grade", str(notebook)], value)
-    try:
+    with started([sys.executable, "-m", "sgrad", "grade", str(notebook)], env={**os.environ, MARK: value}) as run:
         deadline = time.monotonic() + 60
         while len(marked(value)) < 2:  # the grader and its kernel
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
@@ -226,10 +226,6 @@ def test_ctrl_c_prints_one_line_exits_130_and_ends_the_kernel(tmp_path):
         time.sleep(2)  # the kernel is into the endless cell
         run.send_signal(signal.SIGINT)
         report, errors = run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-            run.wait(timeout=30)
     assert run.returncode == 130
     assert report == ""
     assert errors == "sgrad grade: interrupted; nothing was graded; the notebook is as it was\n"
