@@ -249,15 +249,22 @@ def assert_group_ends(group, what, seconds=15):
     pytest.fail(f"a process of {what} outlived it")
 
 
+def _sigint_as_at_a_terminal():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @contextlib.contextmanager
 def started(arguments, **options):
     """A command started in a session of its own, stdout and stderr piped as text.
 
-    On leaving, a command that is still running is killed with its whole group, and its pipes are closed:
-    a test that fails half-way leaves no process and no open file behind.
+    The command starts with SIGINT at its default action, as at a terminal, even when pytest itself runs
+    with SIGINT ignored (a shell starts a background job, ``pytest &``, that way, and children inherit it):
+    a Ctrl-C test then tests the command, not how pytest was launched.  On leaving, a command that is still
+    running is killed with its whole group, and its pipes are closed: a test that fails half-way leaves no
+    process and no open file behind.
     """
     with subprocess.Popen(arguments, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          start_new_session=True, **options) as run:
+                          start_new_session=True, preexec_fn=_sigint_as_at_a_terminal, **options) as run:
         try:
             yield run
         finally:
