@@ -13,9 +13,9 @@ Hypothesis runs the ``ci`` profile unless ``HYPOTHESIS_PROFILE`` names another:
   ``HYPOTHESIS_PROFILE=thorough python -m pytest tests/test_layer.py``.
 """
 
+import contextlib
 import os
 import pathlib
-import contextlib
 import shutil
 import signal
 import subprocess
