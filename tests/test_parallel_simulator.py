@@ -2,7 +2,7 @@
 
 import pytest
 
-from sgrad.parallel.simulator import BlockTimes, scaling, throughput
+from sgrad.parallel.simulator import BlockTimes, scaling, simulate, speed, throughput
 
 BATCH = 256
 
@@ -63,3 +63,78 @@ def test_locked_backprop_gains_nothing_from_more_workers_but_the_overlapped_step
     block = BlockTimes(1e-3, 2e-3, 0.0)
     rates = scaling("backprop", block, 0.0, blocks=8, workers=(1, 2, 8))
     assert rates[2] == pytest.approx(rates[1]) and rates[8] == pytest.approx(rates[1])
+
+
+def program(*operations):
+    return iter(operations)
+
+
+def test_a_worker_that_sleeps_in_a_receive_resumes_wake_seconds_after_its_message_arrives():
+    sender = program(("compute", 1.0), ("send", "a"))
+    late = program(("compute", 0.5), ("receive", "a"), ("compute", 1.0), ("done", 1))
+    _, finished = simulate([sender, late], 0.5, wake=0.25)
+    assert finished[1] == pytest.approx(1.0 + 0.5 + 0.25 + 1.0)
+
+
+def test_a_worker_whose_message_is_already_there_pays_no_wake():
+    sender = program(("compute", 1.0), ("send", "a"))
+    busy = program(("compute", 2.0), ("receive", "a"), ("compute", 1.0), ("done", 1))
+    _, finished = simulate([sender, busy], 0.5, wake=0.25)
+    assert finished[1] == pytest.approx(3.0)
+
+
+def test_locked_backprop_on_two_workers_pays_a_wake_for_each_of_its_two_messages():
+    low, high = BlockTimes(1.0, 2.0, 0.5), BlockTimes(0.75, 1.5, 0.25)
+    without = seconds_per_batch("backprop", [low, high], 0.3, 2, transfer=0.1)
+    assert BATCH / throughput("backprop", [low, high], 0.3, 2, transfer=0.1, wake=0.05, batch=BATCH) == \
+        pytest.approx(without + 2 * 0.05)
+
+
+def test_two_workers_computing_at_once_each_run_slower_by_the_contention():
+    # Both run at 1/1.1 until the first has done its 1 s of work (at 1.1 s); the second then runs alone.
+    finished = simulate([program(("compute", 1.0), ("done", 1)), program(("compute", 2.0), ("done", 1))], 0.0,
+                        contention=0.1)
+    assert finished[0][1] == pytest.approx(1.1) and finished[1][1] == pytest.approx(2.1)
+
+
+def test_more_busy_workers_than_cores_take_turns():
+    for contention, expected in ((0.0, 2.0), (0.1, 2.2)):
+        finished = simulate([program(("compute", 1.0), ("done", 1)) for _ in range(4)], 0.0, contention=contention,
+                            cores=2)
+        assert [f[1] for f in finished] == pytest.approx([expected] * 4)
+
+
+def test_dni_on_two_busy_workers_is_slowed_by_the_contention():
+    # In the steady state both workers compute nearly all the time; the window of 100 steps it is measured over
+    # starts and ends at slightly different phases of the two workers, hence the tolerance.
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0)] * 4
+    one = seconds_per_batch("dni", blocks, 0.0, 1)
+    slowed = BATCH / throughput("dni", blocks, 0.0, 2, contention=0.1, batch=BATCH)
+    assert slowed == pytest.approx(one / 2 * 1.1, rel=1e-3)
+
+
+def test_a_worker_computing_alone_is_not_slowed_by_contention():
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0)] * 2
+    alone = BATCH / throughput("dni", blocks, 0.5, 1, contention=0.5, cores=2, batch=BATCH)
+    assert alone == pytest.approx(seconds_per_batch("dni", blocks, 0.5, 1))
+
+
+def test_dni_on_more_workers_than_cores_gains_only_what_the_cores_give():
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0)] * 4
+    one = seconds_per_batch("dni", blocks, 0.0, 1)
+    assert BATCH / throughput("dni", blocks, 0.0, 4, cores=2, batch=BATCH) == pytest.approx(one / 2, rel=1e-2)
+    assert BATCH / throughput("dni", blocks, 0.0, 4, cores=1, batch=BATCH) == pytest.approx(one, rel=1e-2)
+
+
+@pytest.mark.parametrize(("busy", "contention", "cores", "expected"), [
+    (1, 0.2, 2, 1.0), (2, 0.2, 2, 1 / 1.2), (4, 0.2, 2, 0.5 / 1.2), (3, 0.0, None, 1.0), (3, 0.1, None, 1 / 1.2)])
+def test_speed_of_each_busy_worker(busy, contention, cores, expected):
+    assert speed(busy, contention, cores) == pytest.approx(expected)
+
+
+def test_scaling_passes_the_machine_on():
+    block = BlockTimes(1e-3, 2e-3, 5e-4, 3e-3, 4e-3)
+    ideal = scaling("dni", block, 0.0, blocks=8, workers=(2, 8))
+    shared = scaling("dni", block, 0.0, blocks=8, workers=(2, 8), cores=2)
+    assert shared[2] == pytest.approx(ideal[2]) and shared[8] == pytest.approx(ideal[2], rel=1e-2)
+    assert ideal[8] == pytest.approx(4 * ideal[2])

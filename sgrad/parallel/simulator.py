@@ -7,12 +7,21 @@ The cost model, in seconds per batch:
   DNI, ``generator`` (ĝ = M(h, c)) and ``regression`` (the generator's backward pass and step);
 - ``top``: the top layer's forward pass, the loss, its backward pass and its step;
 - ``transfer``: from a worker's send to the message's arrival at the neighbour.  Sending costs the
-  sender nothing (the engines send in the background).
+  sender nothing (the engines send in the background);
+- ``wake``: what a worker loses each time it has slept in a receive until its message came (the
+  operating system wakes it, its caches are cold): it resumes ``wake`` after the arrival;
+- ``contention`` and ``cores``: workers computing at the same time slow one another down, by
+  ``contention`` for every other busy core (they share memory and caches), and, past ``cores`` busy
+  workers, they take turns on the cores (:func:`speed`).
+
+The defaults (``wake=0``, ``contention=0``, ``cores=None``) model an ideal machine: a core per worker,
+and a message that costs only its transfer.  On a real one, measure them (``benchmarks/parallel.py``
+does) and pass them in.
 
 :func:`simulate` runs each worker's operations in the order the schedules' code runs them
 (:mod:`sgrad.parallel.schedules`: the same sends, the same waits), each starting as soon as the
-worker is free and the message it needs has arrived.  The throughput is that of the steady state:
-batches per second at which the top worker finishes steps in the second half of the run.  DNI
+worker is free and the message it needs has arrived, on one clock for all workers.  The throughput
+is that of the steady state: batches per second at which the top worker finishes steps in the second half of the run.  DNI
 is modelled with ``staleness=0``, whose waits the schedule fixes (with more, they depend on timing).
 
 What it shows, e.g.: under DNI a worker sends batch t+1 up before it waits for batch t's target,
@@ -20,6 +29,8 @@ so two batches are in flight and each round trip to the worker above is shared b
 under locked backprop every message lies on the critical path.
 """
 
+import heapq
+import math
 from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
@@ -37,54 +48,95 @@ class BlockTimes(NamedTuple):
 
 
 def throughput(schedule: str, blocks: Sequence[BlockTimes], top: float, workers: int, *, transfer: float = 0.0,
-               batch: int = 256, steps: int | None = None) -> float:
-    """Examples per second of ``schedule`` on ``workers`` workers, the blocks shared out as the pipeline shares them."""
+               wake: float = 0.0, contention: float = 0.0, cores: int | None = None, batch: int = 256,
+               steps: int | None = None) -> float:
+    """Examples per second of ``schedule`` on ``workers`` workers, the blocks shared out as the pipeline shares them.
+
+    ``transfer``, ``wake``, ``contention`` and ``cores``: the machine, as in :func:`simulate`.
+    """
     steps = max(200, 4 * workers) if steps is None else steps
     stages = [[j for j in stage if j < len(blocks)] for stage in split_layers(len(blocks) + 1, workers)]
     program = {"backprop": _backprop, "pipelined-backprop": _delayed, "dni": _decoupled, "cdni": _decoupled}[schedule]
-    finished = simulate([program(k, stages, blocks, top, steps) for k in range(workers)], transfer)[-1]
+    programs = [program(k, stages, blocks, top, steps) for k in range(workers)]
+    finished = simulate(programs, transfer, wake=wake, contention=contention, cores=cores)[-1]
     half = steps // 2
     return batch * (steps - half) / (finished[steps] - finished[half])
 
 
 def scaling(schedule: str, block: BlockTimes, top: float, *, blocks: int = 64, workers: Sequence[int] = (1, 2, 4, 8, 16,
-            32, 64), transfer: float = 0.0, batch: int = 256) -> dict[int, float]:
-    """``{K: examples per second}`` of a network of ``blocks`` blocks like ``block`` on K workers."""
-    return {k: throughput(schedule, [block] * blocks, top, k, transfer=transfer, batch=batch) for k in workers}
+            32, 64), transfer: float = 0.0, wake: float = 0.0, contention: float = 0.0, cores: int | None = None,
+            batch: int = 256) -> dict[int, float]:
+    """``{K: examples per second}`` of a network of ``blocks`` blocks like ``block`` on K workers (machine: as
+    :func:`simulate`; with ``cores=None``, a core per worker)."""
+    return {k: throughput(schedule, [block] * blocks, top, k, transfer=transfer, wake=wake, contention=contention,
+                          cores=cores, batch=batch) for k in workers}
 
 
-def simulate(programs: list[Iterator[Operation]], transfer: float) -> list[dict[int, float]]:
-    """Run the workers' programs; returns, for each worker, ``{step: the time it finished that step}``."""
-    clocks = [0.0] * len(programs)
-    sent: dict[tuple, float] = {}
+def simulate(programs: list[Iterator[Operation]], transfer: float, *, wake: float = 0.0, contention: float = 0.0,
+             cores: int | None = None) -> list[dict[int, float]]:
+    """Run the workers' programs; returns, for each worker, ``{step: the time it finished that step}``.
+
+    One clock for all workers.  A worker runs its operations until it computes or must wait:
+    a message sent at time t arrives at t + ``transfer``; a worker that reaches a receive before
+    its message has arrived sleeps, and resumes ``wake`` seconds after the arrival.  The workers
+    that compute at the same moment share the machine (:func:`speed`), so each of them runs
+    at the same speed: one clock of work done, ``work``, tells when each one's computing ends.
+    """
+    now = work = 0.0  # the time, and the seconds of computing that a worker busy since time 0 would have done
+    arrivals: dict[tuple, float] = {}  # message -> the time it arrives
+    asleep: dict[tuple, int] = {}  # message not sent yet -> the worker waiting for it
+    computing: list[tuple[float, int]] = []  # (the value of ``work`` at which the worker's computing ends, worker)
+    waking: list[tuple[float, int]] = []  # (the time the worker resumes, worker)
     finished: list[dict[int, float]] = [{} for _ in programs]
-    waiting: list[Operation | None] = [None] * len(programs)
-    running = set(range(len(programs)))
-    while running:
-        moved = False
-        for k in sorted(running):
-            while True:
-                operation = waiting[k] or next(programs[k], None)
-                if operation is None:
-                    running.discard(k)
-                    break
-                kind, value = operation
-                if kind == "receive":
-                    if value not in sent:
-                        waiting[k] = operation  # blocked until the sender gets there
+    ready = list(range(len(programs)))
+    while True:
+        for k in sorted(ready):
+            for kind, value in programs[k]:
+                if kind == "compute":
+                    if value > 0:
+                        heapq.heappush(computing, (work + value, k))
                         break
-                    clocks[k] = max(clocks[k], sent[value] + transfer)
-                elif kind == "compute":
-                    clocks[k] += value
                 elif kind == "send":
-                    sent[value] = clocks[k]
+                    arrivals[value] = now + transfer
+                    if value in asleep:
+                        heapq.heappush(waking, (arrivals[value] + wake, asleep.pop(value)))
+                elif kind == "receive":
+                    if value not in arrivals:
+                        asleep[value] = k
+                        break
+                    if arrivals[value] > now:
+                        heapq.heappush(waking, (arrivals[value] + wake, k))
+                        break
                 else:
-                    finished[k][value] = clocks[k]
-                waiting[k] = None
-                moved = True
-        if not moved and running:
-            raise RuntimeError(f"the workers {sorted(running)} wait for each other: the schedule deadlocks")
-    return finished
+                    finished[k][value] = now
+        ready = []
+        if not computing and not waking:
+            if asleep:
+                raise RuntimeError(f"the workers {sorted(asleep.values())} wait for each other: the schedule deadlocks")
+            return finished
+        rate = speed(len(computing), contention, cores)
+        computed = now + (computing[0][0] - work) / rate if computing else math.inf
+        if waking and waking[0][0] < computed:
+            work += (waking[0][0] - now) * rate
+            now = waking[0][0]
+        else:
+            now, work = computed, computing[0][0]
+        while computing and computing[0][0] <= work:
+            ready.append(heapq.heappop(computing)[1])
+        while waking and waking[0][0] <= now:
+            ready.append(heapq.heappop(waking)[1])
+
+
+def speed(busy: int, contention: float = 0.0, cores: int | None = None) -> float:
+    """How fast each of ``busy`` workers computing at once runs, against one computing alone.
+
+    Two things slow it: the cores' shared parts (memory, caches), by ``contention`` for every other
+    busy core (``1 + contention * (cores in use - 1)``); and, past ``cores`` busy workers, turns
+    on the cores (each worker gets ``cores / busy`` of one).  ``cores=None``: a core per worker.
+    """
+    used = busy if cores is None else min(busy, cores)
+    share = 1.0 if cores is None or busy <= cores else cores / busy
+    return share / (1.0 + contention * (used - 1))
 
 
 def _backprop(k, stages, blocks, top, steps):
