@@ -21,8 +21,9 @@ does) and pass them in.
 :func:`simulate` runs each worker's operations in the order the schedules' code runs them
 (:mod:`sgrad.parallel.schedules`: the same sends, the same waits), each starting as soon as the
 worker is free and the message it needs has arrived, on one clock for all workers.  The throughput
-is that of the steady state: batches per second at which the top worker finishes steps in the second half of the run.  DNI
-is modelled with ``staleness=0``, whose waits the schedule fixes (with more, they depend on timing).
+is that of the steady state: batches per second at which the top worker finishes steps in the second
+half of the run.  DNI is modelled with ``staleness=0``, whose waits the schedule fixes (with more,
+they depend on timing).
 
 What it shows, e.g.: under DNI a worker sends batch t+1 up before it waits for batch t's target,
 so two batches are in flight and each round trip to the worker above is shared between two steps;
