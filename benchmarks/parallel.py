@@ -8,18 +8,19 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
 2. the same nets on 1 and 2 local workers (``sgrad.parallel.train_parallel``): examples per
    second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4),
    and the seconds the workers spent computing per step (their timelines' forward, backward and
-   update events), beside the compute the simulator is given: where the two differ, the blocks ran
-   slower in the workers than in one process, which the simulator's cost model leaves out;
-3. one message's one-way time between two local worker processes (``multiprocessing.Queue``) and
-   between two Ray actors (a call of the neighbour's ``deliver``), for h of one batch, (256, 256);
+   update events), beside the compute measured in one process;
+3. the machine the simulator is given, measured apart from those runs (``machine_costs``), on each
+   engine: a message's ``transfer`` time (half a round trip of h of one batch, (256, 256) float32,
+   between two workers that do nothing else: ``multiprocessing`` queues, or calls of a Ray actor's
+   ``deliver``); its ``wake`` cost (what a round trip costs beyond that when both sides compute a
+   worker's share of the step between messages, so that each sleeps until its message comes); and
+   the ``contention`` between two workers computing at once (the single-process step in two
+   processes at the same time against one alone);
 4. each block's forward, backward, update, generator and regression times, and the top layer's,
-   measured in this process; the simulator's throughput from them and the message times, against
-   the measured ones; and its throughput for a net of 64 such blocks on K = 1 to 64 workers;
-5. with ``--ray``, the 2-worker DNI run on Ray actors too;
-6. a check of the simulator's schedules alone: its throughput again, with every block's times scaled by
-   the ratio of the workers' measured compute per step to the modelled one.  That is not a prediction
-   (the compute comes from the run it is compared with); what error remains is the model of the
-   waits and the messages, and the rest of the first error is the blocks' slowdown in the workers.
+   measured in this process; the simulator's throughput from them and the machine, against the
+   measured ones (and, for comparison, on an ideal machine: transfer only); and its throughput for
+   a net of 64 such blocks on K = 1 to 64 workers, each with a core of its own;
+5. with ``--ray``, the runs and the machine on Ray actors too.
 
 Targets (exit status 0 if all hold): 2 workers' DNI at least 1.7x the single-process DNI step;
 locked backprop on 2 workers no faster than one process; the simulator within 15% of every measured
@@ -46,6 +47,7 @@ import numpy as np
 
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
 from sgrad.parallel import LocalEngine, RayEngine, train_parallel
+from sgrad.parallel.messages import Message
 from sgrad.parallel.simulator import BlockTimes, scaling, throughput
 from sgrad.steps import backprop_step, dni_step
 
@@ -155,26 +157,76 @@ def block_times(method, train, rounds=30):
             float(np.median(top_samples[rounds // 5:])))
 
 
-def _echo(inbox, outbox, count):
+PRODUCT = np.full((256, 256), 1 / 256, dtype=np.float32)
+
+
+def compute(products):
+    """A stand-in for a worker's computing between two messages: ``products`` (256, 256) float32 matrix products."""
+    a = PRODUCT
+    for _ in range(products):
+        a = a @ PRODUCT
+    return a
+
+
+def products_for(seconds):
+    """How many of :func:`compute`'s products take about ``seconds`` in this process, and the seconds they take."""
+    start = time.perf_counter()
+    compute(100)
+    products = max(1, round(seconds / ((time.perf_counter() - start) / 100)))
+    return products, min(timed(lambda: compute(products)) for _ in range(20))
+
+
+def busy_seconds():
+    """Processor seconds this machine has spent on anything but idling since it booted (Linux's /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(value) for value in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(call):
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
+
+
+UP = Message("activation", 0, np.zeros((BATCH, 256), dtype=np.float32), np.eye(CLASSES, dtype=np.float32)[
+    np.arange(BATCH) % CLASSES])  # what a worker sends up: h of one batch, (256, 256) float32, and its one-hot labels
+
+
+def down(message):
+    """The target a worker sends back down for the batch of ``message``."""
+    return Message("target", message.step, message.array)
+
+
+def _echo(inbox, outbox, count, products):
     for _ in range(count):
-        outbox.put(inbox.get())
+        message = inbox.get()
+        compute(products)
+        outbox.put(down(message))
 
 
-def local_message_seconds(shape=(BATCH, 256), count=200):
-    """One-way time of a message between two local processes through multiprocessing queues (half a round trip)."""
+def local_round_trip(count, products=0):
+    """``(seconds, processor seconds of the whole machine)`` of one round trip between two local processes
+    (``multiprocessing`` queues, as the workers' inboxes): a worker's message up (:data:`UP`) and its target back
+    down, each side running ``products`` products between taking a message and passing one on."""
     context = multiprocessing.get_context("spawn")
     there, back = context.Queue(), context.Queue()
-    echo = context.Process(target=_echo, args=(there, back, count + 10))
+    echo = context.Process(target=_echo, args=(there, back, count + 5, products))
     echo.start()
-    message = np.zeros(shape, dtype=np.float32)
-    for k in range(count + 10):
-        if k == 10:
-            start = time.perf_counter()
-        there.put(message)
-        back.get()
-    seconds = (time.perf_counter() - start) / count / 2
-    echo.join()
-    return seconds
+    try:
+        for k in range(count + 5):
+            if k == 5:
+                start, busy = time.perf_counter(), busy_seconds()
+            there.put(UP._replace(step=k))
+            back.get()
+            compute(products)
+        return (time.perf_counter() - start) / count, (busy_seconds() - busy) / count
+    finally:
+        echo.join(10)
+        if echo.is_alive():
+            echo.kill()
+            echo.join()
 
 
 class Mailbox:
@@ -188,52 +240,138 @@ class Mailbox:
     def deliver(self, message):
         self.inbox.put(message)
 
-    def bounce(self, peer, count):
+    def bounce(self, peer, count, products):
         for _ in range(count):
-            peer.deliver.remote(self.inbox.get())
+            message = self.inbox.get()
+            compute(products)
+            peer.deliver.remote(down(message))
 
-    def ping(self, peer, message, count):
-        """Seconds per one-way trip: ``count`` round trips to ``peer`` (which bounces them back), halved."""
-        for k in range(count + 10):
-            if k == 10:
-                start = time.perf_counter()
-            peer.deliver.remote(message)
+    def ping(self, peer, count, products):
+        """``(seconds, processor seconds of the machine)`` per round trip to ``peer`` (which computes and bounces each
+        message back), computing here too."""
+        for k in range(count + 5):
+            if k == 5:
+                start, busy = time.perf_counter(), busy_seconds()
+            peer.deliver.remote(UP._replace(step=k))
             self.inbox.get()
-        return (time.perf_counter() - start) / count / 2
+            compute(products)
+        return (time.perf_counter() - start) / count, (busy_seconds() - busy) / count
+
+    def steps(self, method, steps):
+        return step_seconds(method, steps)
 
 
-def ray_message_seconds(shape=(BATCH, 256), count=200):
-    """One-way time of a message between two Ray actors, each calling the other's ``deliver``."""
+def ray_round_trip(count, products=0):
+    """As :func:`local_round_trip`, between two Ray actors, each calling the other's ``deliver``."""
     import ray
 
-    mailbox = ray.remote(Mailbox).options(max_concurrency=2, num_cpus=0)
-    first, second = mailbox.remote(), mailbox.remote()
-    bounced = second.bounce.remote(first, count + 10)
-    seconds = ray.get(first.ping.remote(second, np.zeros(shape, dtype=np.float32), count))
-    ray.get(bounced)
-    for actor in (first, second):
-        ray.kill(actor)
-    return seconds
+    first, second = ray_mailboxes(2)
+    try:
+        bounced = second.bounce.remote(first, count + 5, products)
+        seconds = ray.get(first.ping.remote(second, count, products))
+        ray.get(bounced)
+        return seconds
+    finally:
+        for actor in (first, second):
+            ray.kill(actor)
 
 
-def simulated_scaling(measured_blocks, transfer):
-    """The simulator's examples per second for a net of 64 blocks like the measured 256-256 one, on K workers."""
+def ray_mailboxes(count):
+    import ray
+
+    from sgrad.parallel.engines import WORKER_ENVIRONMENT
+
+    mailbox = ray.remote(Mailbox).options(max_concurrency=2, num_cpus=1, runtime_env={"env_vars": WORKER_ENVIRONMENT})
+    return [mailbox.remote() for _ in range(count)]
+
+
+def step_seconds(method, steps):
+    """Median seconds of one single-process step of ``method`` on the benchmark's data (built here)."""
+    return single_process_step(method, data()[:2], steps)
+
+
+def _steps(method, steps, start, results):
+    start.wait()
+    results.put(step_seconds(method, steps))
+
+
+def local_steps_at_once(method, copies, steps):
+    """Median seconds of one single-process step of ``method`` in each of ``copies`` local processes started together."""
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Event(), context.Queue()
+    processes = [context.Process(target=_steps, args=(method, steps, start, results)) for _ in range(copies)]
+    try:
+        for process in processes:
+            process.start()
+        start.set()
+        return [results.get(timeout=600) for _ in processes]
+    finally:
+        for process in processes:
+            process.join(10)
+            if process.is_alive():
+                process.kill()
+                process.join()
+
+
+def ray_steps_at_once(method, copies, steps):
+    """As :func:`local_steps_at_once`, in ``copies`` Ray actors."""
+    import ray
+
+    actors = ray_mailboxes(copies)
+    try:
+        return ray.get([actor.steps.remote(method, steps) for actor in actors])
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+
+
+ENGINE_MEASUREMENTS = {"local": (local_round_trip, local_steps_at_once), "ray": (ray_round_trip, ray_steps_at_once)}
+
+
+def machine_costs(engine, methods, seconds_between, steps):
+    """What the simulator's machine is on ``engine``, measured apart from the runs it predicts.
+
+    ``transfer``: half a round trip between two workers that do nothing else; ``message_cpu``: half
+    the processor time the whole machine spent on that round trip.  ``wake[method]``: what
+    each message costs beyond that when the two compute ``seconds_between[method]`` (a worker's share of
+    the method's step) between messages, so that each sleeps until its message comes: half the round
+    trip, less the transfer and the computing (timed in this process).  ``contention[method]``: how much
+    slower the method's single-process step runs in each of two workers at once than in one alone.
+    """
+    round_trip, steps_at_once = ENGINE_MEASUREMENTS[engine]
+    seconds, busy = round_trip(400)
+    transfer, message_cpu = seconds / 2, busy / 2
+    wake, contention = {}, {}
+    for method in methods:
+        products, computing = products_for(seconds_between[method])
+        count = max(20, min(200, int(2.0 / computing)))
+        wake[method] = max(0.0, round_trip(count, products)[0] / 2 - computing - transfer)
+        alone = steps_at_once(method, 1, steps)[0]
+        together = float(np.median(steps_at_once(method, 2, steps)))
+        contention[method] = max(0.0, together / alone - 1)
+    return {"transfer": transfer, "message_cpu": message_cpu, "wake": wake, "contention": contention}
+
+
+def simulated_scaling(measured_blocks, machines):
+    """The simulator's examples per second for a net of 64 blocks like the measured 256-256 one, on K workers.
+
+    Each worker on a machine of its own (no contention, ``cores=None``), messages as measured on each engine.
+    """
     counts = (1, 2, 4, 8, 16, 32, 64)
-    lines = ["The simulator, a net of 64 hidden blocks like the measured 256-to-256 one (examples per second):", "",
+    lines = ["The simulator, a net of 64 hidden blocks like the measured 256-to-256 one, a core per worker and no "
+             "contention, messages (transfer + wake) as measured (examples per second):", "",
              "| schedule, messages | " + " | ".join(f"K = {k}" for k in counts) + " |",
              "|---|" + "---:|" * len(counts)]
     for schedule in ("backprop", "pipelined-backprop", "dni"):
-        blocks, top = measured_blocks["dni" if schedule == "dni" else "backprop"]
-        for name, seconds in transfer.items():
-            rates = scaling(schedule, blocks[1], top, blocks=64, workers=counts, transfer=seconds, batch=BATCH)
-            lines.append(f"| {schedule}, {name} ({1e3 * seconds:.2f} ms) | "
+        method = "dni" if schedule == "dni" else "backprop"
+        blocks, top = measured_blocks[method]
+        for name, machine in machines.items():
+            transfer, wake = machine["transfer"], machine["wake"][method]
+            rates = scaling(schedule, blocks[1], top, blocks=64, workers=counts, transfer=transfer, wake=wake,
+                            batch=BATCH)
+            lines.append(f"| {schedule}, {name} ({1e3 * transfer:.2f} + {1e3 * wake:.2f} ms) | "
                          + " | ".join(f"{rate:,.0f}" for rate in rates.values()) + " |")
     return lines
-
-
-def scaled(blocks, top, factor):
-    """The blocks' and the top layer's times, each multiplied by ``factor``."""
-    return [BlockTimes(*(factor * seconds for seconds in block)) for block in blocks], factor * top
 
 
 def spread(values):
@@ -253,11 +391,12 @@ def report(args):
 
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     engines = {"local": LocalEngine, **({"ray": RayEngine} if args.ray else {})}
+    methods = ("dni", "backprop")
     runs: dict = {}
-    messages: dict = {name: [] for name in engines}
+    costs: dict = {name: [] for name in engines}
     computing: dict = {}
     for repeat in range(args.repeats):
-        for method in ("dni", "backprop"):
+        for method in methods:
             runs.setdefault((method, "one process", 1), []).append(
                 BATCH / single_process_step(method, train, args.steps // 2))
             for name, engine in engines.items():
@@ -265,20 +404,29 @@ def report(args):
                     rate, seconds = pipeline_throughput(method, split, workers, args.steps, engine())
                     runs.setdefault((method, name, workers), []).append(rate)
                     computing.setdefault((method, name, workers), []).append(seconds)
-        messages["local"].append(local_message_seconds())
-        if args.ray:
-            messages["ray"].append(ray_message_seconds())
-        print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr, flush=True)
-    transfer = {name: float(np.median(values)) for name, values in messages.items()}
-    predicted, measured_blocks = {}, {}
-    for method in ("dni", "backprop"):
-        blocks, top = measured_blocks[method] = block_times(method, train)
+        share = {method: BATCH / runs[(method, "one process", 1)][-1] / 2 for method in methods}
         for name in engines:
+            costs[name].append(machine_costs(name, methods, share, args.steps // 2))
+        print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr, flush=True)
+    cores = os.cpu_count()
+    machines = {name: {"transfer": float(np.median([c["transfer"] for c in values])),
+                       "message_cpu": float(np.median([c["message_cpu"] for c in values])),
+                       "wake": {m: float(np.median([c["wake"][m] for c in values])) for m in methods},
+                       "contention": {m: float(np.median([c["contention"][m] for c in values])) for m in methods}}
+                for name, values in costs.items()}
+    predicted, ideal, measured_blocks = {}, {}, {}
+    for method in methods:
+        blocks, top = measured_blocks[method] = block_times(method, train)
+        for name, machine in machines.items():
             for workers in (1, 2):
-                predicted[(method, name, workers)] = throughput(method, blocks, top, workers,
-                                                                transfer=transfer[name], batch=BATCH)
+                predicted[(method, name, workers)] = throughput(
+                    method, blocks, top, workers, transfer=machine["transfer"], wake=machine["wake"][method],
+                    contention=machine["contention"][method], cores=cores, message_cpu=machine["message_cpu"],
+                    batch=BATCH)
+                ideal[(method, name, workers)] = throughput(method, blocks, top, workers,
+                                                            transfer=machine["transfer"], batch=BATCH)
     lines = ["| run | examples/s, median (range) | simulator | simulator's error | computing per step: in the "
-             "workers / the simulator's | error given the workers' compute |", "|---|---:|---:|---:|---:|---:|"]
+             "workers / in one process | error on an ideal machine |", "|---|---:|---:|---:|---:|---:|"]
     errors = {}
     for (method, engine, workers), values in runs.items():
         plural = "s" if workers > 1 else ""
@@ -289,10 +437,9 @@ def report(args):
             blocks, top = measured_blocks[method]
             modelled = top + sum(sum(block) for block in blocks)
             inside = float(np.median(computing[(method, engine, workers)]))
-            given = throughput(method, *scaled(blocks, top, inside / modelled), workers, transfer=transfer[engine],
-                               batch=BATCH)
             lines.append(f"| {label} | {spread(values)} | {guess:,.0f} | {100 * errors[(method, engine, workers)]:+.1f}% "
-                         f"| {1e3 * inside:.2f} / {1e3 * modelled:.2f} ms | {100 * (given / np.median(values) - 1):+.1f}% |")
+                         f"| {1e3 * inside:.2f} / {1e3 * modelled:.2f} ms "
+                         f"| {100 * (ideal[(method, engine, workers)] / np.median(values) - 1):+.1f}% |")
         else:
             lines.append(f"| {label} | {spread(values)} | | | | |")
     dni_speedup = np.median(runs[("dni", "local", 2)]) / np.median(runs[("dni", "one process", 1)])
@@ -304,11 +451,14 @@ def report(args):
         f"the simulator's largest error = {100 * max(abs(e) for e in errors.values()):.1f}% (target <= "
         f"{100 * TOLERANCE:.0f}%)": all(abs(e) <= TOLERANCE for e in errors.values()),
     }
-    lines += ["", "One message of one batch's h, (256, 256) float32, one way: " + ", ".join(
-        f"{name} {1e3 * np.median(values):.2f} ms ({1e3 * min(values):.2f}-{1e3 * max(values):.2f})"
-        for name, values in messages.items()), ""]
-    lines += [f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks.items()]
-    lines += ["", *simulated_scaling(measured_blocks, transfer)]
+    lines += ["", f"The machine, as the simulator is given it ({cores} cores; median of {args.repeats} measurements):",
+              "", "| engine | transfer | processor time per message | wake, dni / backprop | contention, dni / backprop |",
+              "|---|---:|---:|---:|---:|"]
+    lines += [f"| {name} | {1e3 * m['transfer']:.2f} ms | {1e3 * m['message_cpu']:.2f} ms | {1e3 * m['wake']['dni']:.2f} / "
+              f"{1e3 * m['wake']['backprop']:.2f} ms | {100 * m['contention']['dni']:+.1f}% / "
+              f"{100 * m['contention']['backprop']:+.1f}% |" for name, m in machines.items()]
+    lines += ["", *(f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks.items())]
+    lines += ["", *simulated_scaling(measured_blocks, machines)]
     text = "\n".join(lines)
     print(text)
     if args.out:
@@ -316,12 +466,14 @@ def report(args):
         out.mkdir(parents=True, exist_ok=True)
         (out / "results.md").write_text(text + "\n")
         (out / "results.json").write_text(json.dumps({
+            "cores": cores,
             "runs": [{"method": m, "engine": e, "workers": w, "examples_per_second": v} for (m, e, w), v in runs.items()],
-            "message_seconds": messages,
+            "machine": machines,
+            "machine_measurements": costs,
             "computing_seconds_per_step": [{"method": m, "engine": e, "workers": w, "seconds": v}
                                            for (m, e, w), v in computing.items()],
-            "predicted": [{"method": m, "engine": e, "workers": w, "examples_per_second": v}
-                                                       for (m, e, w), v in predicted.items()]}, indent=1))
+            "predicted": [{"method": m, "engine": e, "workers": w, "examples_per_second": v,
+                           "on_an_ideal_machine": ideal[(m, e, w)]} for (m, e, w), v in predicted.items()]}, indent=1))
     if args.ray:
         ray.shutdown()
     return 0 if all(checks.values()) else 1

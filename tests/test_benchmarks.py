@@ -144,7 +144,13 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     for name, cells in rows.items():
         assert float(cells[0].split()[0].replace(",", "")) > 0, name  # examples per second
         if name.endswith("1 worker"):
-            # One worker's steady state is its compute: given that compute, the simulator must find its throughput.
-            assert abs(float(cells[-1].rstrip("%"))) < 35, (name, cells)
+            # One worker has no message to wait for and no neighbour: its steady state is the compute the simulator is
+            # given.  16 steps are noisy; a wrong unit or a lost block would be off by far more than half.
+            assert abs(float(cells[2].rstrip("%"))) < 50, (name, cells)
     measured = json.loads((tmp_path / "results.json").read_text())
+    machine = measured["machine"]["local"]
+    assert machine["transfer"] > 0 and machine["message_cpu"] > 0
+    assert set(machine["wake"]) == set(machine["contention"]) == {"dni", "backprop"}
+    assert all(value >= 0 for value in [*machine["wake"].values(), *machine["contention"].values()])
+    assert "| local | " in (tmp_path / "results.md").read_text()  # the machine's table
     assert len(measured["runs"]) == 6 and len(measured["computing_seconds_per_step"]) == 4

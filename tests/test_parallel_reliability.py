@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import assert_group_ends
+from conftest import assert_group_ends, started
 from sgrad import TrainingDiverged
 from sgrad.blocks import Sequential
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
@@ -119,6 +119,34 @@ if __name__ == "__main__":
         print("interrupted", flush=True)
         sys.exit(130)
 """
+
+
+UNGUARDED = """
+import numpy as np
+from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
+from sgrad.parallel import train_parallel
+
+# No `if __name__ == "__main__":` here: every local worker imports this script again as it starts.
+config = PaperConfig(depth=3, hidden=16, generator_hidden=(8,), batch_size=8, dtype="float64")
+rng = np.random.default_rng(0)
+data = rng.random((4000, 20)), rng.integers(0, 10, 4000), rng.random((32, 20)), rng.integers(0, 10, 32)
+train_parallel(build_network("dni", 20, config), data, schedule="dni", loss_fn=summed_cross_entropy, alpha=1e-3,
+               steps=10, batch_size=8, rng=np.random.default_rng(0), eval_every=5)
+"""
+
+
+def test_a_script_without_a_main_guard_stops_with_a_message_that_says_so(tmp_path):
+    # The bottom worker's data (640 kB) is more than a pipe holds: handed over while the process starts, as it once
+    # was, it left the driver waiting for ever on a child that had died importing the script.
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED)
+    with started([sys.executable, str(script)], cwd=ROOT) as run:
+        _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 1, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("sgrad.parallel.engines.WorkerFailed: worker 0 (layer 0) died as it started"), last
+    assert "put that call under `if __name__ == '__main__':`" in last
+    assert_group_ends(run.pid, "the script's group")
 
 
 @pytest.fixture

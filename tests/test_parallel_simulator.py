@@ -126,10 +126,25 @@ def test_dni_on_more_workers_than_cores_gains_only_what_the_cores_give():
     assert BATCH / throughput("dni", blocks, 0.0, 4, cores=1, batch=BATCH) == pytest.approx(one, rel=1e-2)
 
 
+def test_a_message_in_flight_takes_its_processor_time_from_the_cores():
+    # 1 s in flight, 0.5 s of processor time: half a core busy.  On one core the worker computing beside it gets
+    # 1 / 1.5 of the core while it flies (2/3 s of work by t = 1), then all of it.
+    for cores, expected in ((1, 1.0 + 1.0 / 3.0), (2, 1.0)):
+        sender = program(("send", "a"), ("compute", 1.0), ("done", 1))
+        finished = simulate([sender, program(("receive", "a"))], 1.0, cores=cores, message_cpu=0.5)
+        assert finished[0][1] == pytest.approx(expected)
+
+
 @pytest.mark.parametrize(("busy", "contention", "cores", "expected"), [
     (1, 0.2, 2, 1.0), (2, 0.2, 2, 1 / 1.2), (4, 0.2, 2, 0.5 / 1.2), (3, 0.0, None, 1.0), (3, 0.1, None, 1 / 1.2)])
 def test_speed_of_each_busy_worker(busy, contention, cores, expected):
     assert speed(busy, contention, cores) == pytest.approx(expected)
+
+
+def test_speed_counts_the_cores_that_messages_keep_busy():
+    assert speed(2, 0.0, 2, load=0.5) == pytest.approx(2 / 2.5)
+    assert speed(1, 0.0, 2, load=0.5) == pytest.approx(1.0)  # a core to spare
+    assert speed(2, 0.0, None, load=0.5) == pytest.approx(1.0)  # a core per worker: messages take none
 
 
 def test_scaling_passes_the_machine_on():

@@ -1,7 +1,11 @@
 """The local engine, the default: one process per worker on this machine, with the standard library's multiprocessing.
 
 Each worker runs in a fresh interpreter (the 'spawn' start method) whose environment asks for one
-BLAS thread before its NumPy loads.  Messages between workers go through one
+BLAS thread before its NumPy loads.  Such an interpreter imports the driver's main module before it
+runs anything, so the worker itself (its layers, and the data at the bottom) is handed over
+afterwards, through a pipe, and the worker says it has it: a process that dies starting up (as one
+does when a script starts a run without ``if __name__ == '__main__':``) stops the run with a message
+instead of leaving the driver waiting to hand it its data.  Messages between workers go through one
 ``multiprocessing.Queue`` per worker (its inbox); a queue's feeder thread sends them while the
 worker computes.  Reports go to the driver through one pipe per worker.  Workers ignore Ctrl-C:
 the driver, which gets it, stops them all; and a worker whose driver has gone exits at once.
@@ -37,16 +41,33 @@ class LocalEngine(Engine):
         context = multiprocessing.get_context("spawn")
         self.workers = workers
         self.queues = [context.Queue() for _ in workers]
+        handovers = []
         with environment(WORKER_ENVIRONMENT):
             for worker in workers:
                 receiver, sender = context.Pipe(duplex=False)
+                handover, taker = context.Pipe()
                 neighbours = {j: self.queues[j] for j in (worker.index - 1, worker.index + 1) if 0 <= j < len(workers)}
-                process = context.Process(target=serve, args=(worker, self.queues[worker.index], neighbours, sender),
+                process = context.Process(target=serve, args=(taker, self.queues[worker.index], neighbours, sender),
                                           name=f"sgrad {describe(worker)}", daemon=True)
                 process.start()
-                sender.close()  # the child has its own end; ours would keep the pipe open after the child is gone
+                sender.close()  # the child has its own ends; ours would keep the pipes open after the child is gone
+                taker.close()
                 self.processes.append(process)
                 self.connections[worker.index] = receiver
+                handovers.append(handover)
+        for worker, process, handover in zip(workers, self.processes, handovers):
+            with handover:
+                try:
+                    handover.send(worker)
+                    handover.recv()  # the worker has it
+                except (BrokenPipeError, ConnectionResetError, EOFError):
+                    process.join(self.stop_timeout)
+                    raise WorkerFailed(
+                        f"{describe(worker)} died as it started, before it took its layers "
+                        f"({exit_cause(process.exitcode) if process.exitcode is not None else 'still running'}). "
+                        "Each local worker is a fresh Python process that first imports your main module again "
+                        "(multiprocessing's 'spawn'): if you start the run from a script, put that call under "
+                        "`if __name__ == '__main__':`. The worker's own error, if any, is printed above") from None
 
     def next_report(self, timeout: float) -> Report | None:
         alive = [p.sentinel for p in self.processes if p.exitcode is None]
@@ -78,10 +99,13 @@ class LocalEngine(Engine):
             connection.close()
 
 
-def serve(worker: Any, inbox: Any, neighbours: dict[int, Any], connection: Any) -> None:
-    """A worker process's body: the worker's loop; if it raises (having reported why), exit with status 1."""
+def serve(handover: Any, inbox: Any, neighbours: dict[int, Any], connection: Any) -> None:
+    """A worker process's body: take the worker, run its loop; if it raises (having reported why), exit with status 1."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops every worker
     threading.Thread(target=exit_with_driver, daemon=True).start()
+    with handover:
+        worker = handover.recv()
+        handover.send(True)
 
     def send(j: int, message: Message) -> None:
         neighbours[j].put(message)

@@ -12,9 +12,11 @@ The cost model, in seconds per batch:
   operating system wakes it, its caches are cold): it resumes ``wake`` after the arrival;
 - ``contention`` and ``cores``: workers computing at the same time slow one another down, by
   ``contention`` for every other busy core (they share memory and caches), and, past ``cores`` busy
-  workers, they take turns on the cores (:func:`speed`).
+  workers, they take turns on the cores (:func:`speed`);
+- ``message_cpu``: the processor time a message costs the machine (copies, serialisation, the
+  engine's own processes), taken from the cores while it is in flight.
 
-The defaults (``wake=0``, ``contention=0``, ``cores=None``) model an ideal machine: a core per worker,
+The defaults (``wake=0``, ``contention=0``, ``cores=None``, ``message_cpu=0``) model an ideal machine: a core per worker,
 and a message that costs only its transfer.  On a real one, measure them (``benchmarks/parallel.py``
 does) and pass them in.
 
@@ -49,45 +51,48 @@ class BlockTimes(NamedTuple):
 
 
 def throughput(schedule: str, blocks: Sequence[BlockTimes], top: float, workers: int, *, transfer: float = 0.0,
-               wake: float = 0.0, contention: float = 0.0, cores: int | None = None, batch: int = 256,
-               steps: int | None = None) -> float:
+               wake: float = 0.0, contention: float = 0.0, cores: int | None = None, message_cpu: float = 0.0,
+               batch: int = 256, steps: int | None = None) -> float:
     """Examples per second of ``schedule`` on ``workers`` workers, the blocks shared out as the pipeline shares them.
 
-    ``transfer``, ``wake``, ``contention`` and ``cores``: the machine, as in :func:`simulate`.
+    ``transfer``, ``wake``, ``contention``, ``cores`` and ``message_cpu``: the machine, as in :func:`simulate`.
     """
     steps = max(200, 4 * workers) if steps is None else steps
     stages = [[j for j in stage if j < len(blocks)] for stage in split_layers(len(blocks) + 1, workers)]
     program = {"backprop": _backprop, "pipelined-backprop": _delayed, "dni": _decoupled, "cdni": _decoupled}[schedule]
     programs = [program(k, stages, blocks, top, steps) for k in range(workers)]
-    finished = simulate(programs, transfer, wake=wake, contention=contention, cores=cores)[-1]
+    finished = simulate(programs, transfer, wake=wake, contention=contention, cores=cores, message_cpu=message_cpu)[-1]
     half = steps // 2
     return batch * (steps - half) / (finished[steps] - finished[half])
 
 
 def scaling(schedule: str, block: BlockTimes, top: float, *, blocks: int = 64, workers: Sequence[int] = (1, 2, 4, 8, 16,
             32, 64), transfer: float = 0.0, wake: float = 0.0, contention: float = 0.0, cores: int | None = None,
-            batch: int = 256) -> dict[int, float]:
+            message_cpu: float = 0.0, batch: int = 256) -> dict[int, float]:
     """``{K: examples per second}`` of a network of ``blocks`` blocks like ``block`` on K workers (machine: as
     :func:`simulate`; with ``cores=None``, a core per worker)."""
     return {k: throughput(schedule, [block] * blocks, top, k, transfer=transfer, wake=wake, contention=contention,
-                          cores=cores, batch=batch) for k in workers}
+                          cores=cores, message_cpu=message_cpu, batch=batch) for k in workers}
 
 
 def simulate(programs: list[Iterator[Operation]], transfer: float, *, wake: float = 0.0, contention: float = 0.0,
-             cores: int | None = None) -> list[dict[int, float]]:
+             cores: int | None = None, message_cpu: float = 0.0) -> list[dict[int, float]]:
     """Run the workers' programs; returns, for each worker, ``{step: the time it finished that step}``.
 
     One clock for all workers.  A worker runs its operations until it computes or must wait:
     a message sent at time t arrives at t + ``transfer``; a worker that reaches a receive before
     its message has arrived sleeps, and resumes ``wake`` seconds after the arrival.  The workers
-    that compute at the same moment share the machine (:func:`speed`), so each of them runs
-    at the same speed: one clock of work done, ``work``, tells when each one's computing ends.
+    that compute at the same moment share the machine (:func:`speed`) with the messages in flight,
+    each of which keeps ``message_cpu / transfer`` of a core busy; so every computing worker runs at
+    the same speed, and one clock of work done, ``work``, tells when each one's computing ends.
     """
     now = work = 0.0  # the time, and the seconds of computing that a worker busy since time 0 would have done
     arrivals: dict[tuple, float] = {}  # message -> the time it arrives
     asleep: dict[tuple, int] = {}  # message not sent yet -> the worker waiting for it
     computing: list[tuple[float, int]] = []  # (the value of ``work`` at which the worker's computing ends, worker)
     waking: list[tuple[float, int]] = []  # (the time the worker resumes, worker)
+    flying: list[float] = []  # the arrival times of the messages in flight
+    load = message_cpu / transfer if transfer > 0 else 0.0  # the cores a message in flight keeps busy
     finished: list[dict[int, float]] = [{} for _ in programs]
     ready = list(range(len(programs)))
     while True:
@@ -99,6 +104,7 @@ def simulate(programs: list[Iterator[Operation]], transfer: float, *, wake: floa
                         break
                 elif kind == "send":
                     arrivals[value] = now + transfer
+                    heapq.heappush(flying, arrivals[value])
                     if value in asleep:
                         heapq.heappush(waking, (arrivals[value] + wake, asleep.pop(value)))
                 elif kind == "receive":
@@ -115,28 +121,32 @@ def simulate(programs: list[Iterator[Operation]], transfer: float, *, wake: floa
             if asleep:
                 raise RuntimeError(f"the workers {sorted(asleep.values())} wait for each other: the schedule deadlocks")
             return finished
-        rate = speed(len(computing), contention, cores)
+        rate = speed(len(computing), contention, cores, load * len(flying))
         computed = now + (computing[0][0] - work) / rate if computing else math.inf
-        if waking and waking[0][0] < computed:
-            work += (waking[0][0] - now) * rate
-            now = waking[0][0]
+        other = min(waking[0][0] if waking else math.inf, flying[0] if flying else math.inf)
+        if other < computed:  # a worker wakes, or a message lands (and the cores' load changes)
+            work += (other - now) * rate
+            now = other
         else:
             now, work = computed, computing[0][0]
         while computing and computing[0][0] <= work:
             ready.append(heapq.heappop(computing)[1])
         while waking and waking[0][0] <= now:
             ready.append(heapq.heappop(waking)[1])
+        while flying and flying[0] <= now:
+            heapq.heappop(flying)
 
 
-def speed(busy: int, contention: float = 0.0, cores: int | None = None) -> float:
+def speed(busy: int, contention: float = 0.0, cores: int | None = None, load: float = 0.0) -> float:
     """How fast each of ``busy`` workers computing at once runs, against one computing alone.
 
     Two things slow it: the cores' shared parts (memory, caches), by ``contention`` for every other
-    busy core (``1 + contention * (cores in use - 1)``); and, past ``cores`` busy workers, turns
-    on the cores (each worker gets ``cores / busy`` of one).  ``cores=None``: a core per worker.
+    busy core (``1 + contention * (cores in use - 1)``); and, past ``cores`` busy workers (counting
+    ``load``, the cores that messages in flight keep busy), turns on the cores: each worker gets
+    ``cores / (busy + load)`` of one.  ``cores=None``: a core per worker, and messages take none.
     """
     used = busy if cores is None else min(busy, cores)
-    share = 1.0 if cores is None or busy <= cores else cores / busy
+    share = 1.0 if cores is None or busy + load <= cores else cores / (busy + load)
     return share / (1.0 + contention * (used - 1))
 
 
