@@ -17,10 +17,11 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
    the ``contention`` between two workers computing at once (the single-process step in two
    processes at the same time against one alone);
 4. each block's forward, backward, update, generator and regression times, and the top layer's,
-   measured in this process; the simulator's throughput from them and the machine, against the
-   measured ones (and, for comparison, on an ideal machine: transfer only); and its throughput for
-   a net of 64 such blocks on K = 1 to 64 workers, each with a core of its own;
-5. with ``--ray``, the runs and the machine on Ray actors too.
+   measured in a process set up as a worker is (one BLAS thread, malloc keeping freed memory);
+   the simulator's throughput from them and the machine, against the measured ones (and, for
+   comparison, on an ideal machine: transfer only); and its throughput for a net of 64 such blocks
+   on K = 1 to 64 workers, each with a core of its own;
+5. with ``--ray``, the runs and the machine on Ray actors too (Ray runs only while they are measured).
 
 Targets (exit status 0 if all hold): 2 workers' DNI at least 1.7x the single-process DNI step;
 locked backprop on 2 workers no faster than one process; the simulator within 15% of every measured
@@ -37,16 +38,20 @@ import os
 os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import pathlib
 import sys
+import threading
 import time
 
 import numpy as np
 
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
 from sgrad.parallel import LocalEngine, RayEngine, train_parallel
+from sgrad.parallel.engines import WORKER_ENVIRONMENT
+from sgrad.parallel.local import environment, exit_with_driver
 from sgrad.parallel.messages import Message
 from sgrad.parallel.simulator import BlockTimes, scaling, throughput
 from sgrad.steps import backprop_step, dni_step
@@ -107,6 +112,11 @@ def pipeline_throughput(method, split, workers, steps, engine):
     computing = sum(event.end - event.start for event in result.timeline
                     if event.kind != "wait" and first <= event.step < last)
     return BATCH * (last - first) / (starts[last] - starts[first]), computing / (last - first)
+
+
+def worker_block_times(method):
+    """:func:`block_times` of ``method``, measured in a process set up as a local worker is."""
+    return in_workers(1, block_times, method, data()[:2])[0]
 
 
 def block_times(method, train, rounds=30):
@@ -200,6 +210,7 @@ def down(message):
 
 
 def _echo(inbox, outbox, count, products):
+    threading.Thread(target=exit_with_driver, daemon=True).start()
     for _ in range(count):
         message = inbox.get()
         compute(products)
@@ -279,8 +290,6 @@ def ray_round_trip(count, products=0):
 def ray_mailboxes(count):
     import ray
 
-    from sgrad.parallel.engines import WORKER_ENVIRONMENT
-
     mailbox = ray.remote(Mailbox).options(max_concurrency=2, num_cpus=1, runtime_env={"env_vars": WORKER_ENVIRONMENT})
     return [mailbox.remote() for _ in range(count)]
 
@@ -290,19 +299,22 @@ def step_seconds(method, steps):
     return single_process_step(method, data()[:2], steps)
 
 
-def _steps(method, steps, start, results):
+def _run(function, args, start, results):
+    threading.Thread(target=exit_with_driver, daemon=True).start()
     start.wait()
-    results.put(step_seconds(method, steps))
+    results.put(function(*args))
 
 
-def local_steps_at_once(method, copies, steps):
-    """Median seconds of one single-process step of ``method`` in each of ``copies`` local processes started together."""
+def in_workers(copies, function, *args):
+    """``function(*args)`` in each of ``copies`` local processes started together and set up as the local engine's
+    workers are (one BLAS thread, malloc keeping the memory it frees): their results, in the order they finish."""
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
-    processes = [context.Process(target=_steps, args=(method, steps, start, results)) for _ in range(copies)]
+    processes = [context.Process(target=_run, args=(function, args, start, results)) for _ in range(copies)]
     try:
-        for process in processes:
-            process.start()
+        with environment(WORKER_ENVIRONMENT):
+            for process in processes:
+                process.start()
         start.set()
         return [results.get(timeout=600) for _ in processes]
     finally:
@@ -311,6 +323,11 @@ def local_steps_at_once(method, copies, steps):
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def local_steps_at_once(method, copies, steps):
+    """Median seconds of one single-process step of ``method`` in each of ``copies`` local workers' processes at once."""
+    return in_workers(copies, step_seconds, method, steps)
 
 
 def ray_steps_at_once(method, copies, steps):
@@ -387,9 +404,6 @@ def report(args):
         from sgrad.parallel.ray_engine import LOOPBACK_ONLY
 
         os.environ.update(LOOPBACK_ONLY)  # before Ray loads: a Ray on 127.0.0.1 only
-        import ray
-
-        ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
     engines = {"local": LocalEngine, **({"ray": RayEngine} if args.ray else {})}
     methods = ("dni", "backprop")
     runs: dict = {}
@@ -399,14 +413,15 @@ def report(args):
         for method in methods:
             runs.setdefault((method, "one process", 1), []).append(
                 BATCH / single_process_step(method, train, args.steps // 2))
-            for name, engine in engines.items():
-                for workers in (1, 2):
-                    rate, seconds = pipeline_throughput(method, split, workers, args.steps, engine())
-                    runs.setdefault((method, name, workers), []).append(rate)
-                    computing.setdefault((method, name, workers), []).append(seconds)
         share = {method: BATCH / runs[(method, "one process", 1)][-1] / 2 for method in methods}
-        for name in engines:
-            costs[name].append(machine_costs(name, methods, share, args.steps // 2))
+        for name, engine in engines.items():
+            with started(name):
+                for method in methods:
+                    for workers in (1, 2):
+                        rate, seconds = pipeline_throughput(method, split, workers, args.steps, engine())
+                        runs.setdefault((method, name, workers), []).append(rate)
+                        computing.setdefault((method, name, workers), []).append(seconds)
+                costs[name].append(machine_costs(name, methods, share, args.steps // 2))
         print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr, flush=True)
     cores = os.cpu_count()
     machines = {name: {"transfer": float(np.median([c["transfer"] for c in values])),
@@ -416,7 +431,7 @@ def report(args):
                 for name, values in costs.items()}
     predicted, ideal, measured_blocks = {}, {}, {}
     for method in methods:
-        blocks, top = measured_blocks[method] = block_times(method, train)
+        blocks, top = measured_blocks[method] = worker_block_times(method)
         for name, machine in machines.items():
             for workers in (1, 2):
                 predicted[(method, name, workers)] = throughput(
@@ -474,9 +489,36 @@ def report(args):
                                            for (m, e, w), v in computing.items()],
             "predicted": [{"method": m, "engine": e, "workers": w, "examples_per_second": v,
                            "on_an_ideal_machine": ideal[(m, e, w)]} for (m, e, w), v in predicted.items()]}, indent=1))
-    if args.ray:
-        ray.shutdown()
     return 0 if all(checks.values()) else 1
+
+
+def settle(seconds=30.0, idle=0.1):
+    """Wait (at most ``seconds``) until the machine is quiet: less than ``idle`` of a core busy over a second.
+
+    Ray starts processes of its own (its daemons, workers it keeps ready), which are busy for a while.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        busy = busy_seconds()
+        time.sleep(1.0)
+        if busy_seconds() - busy < idle:
+            return
+
+
+@contextlib.contextmanager
+def started(engine):
+    """Ray's own processes run only while Ray is measured (they would take processor time from the local runs)."""
+    if engine != "ray":
+        yield
+        return
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        settle()
+        yield
+    finally:
+        ray.shutdown()
 
 
 def main():
