@@ -513,7 +513,9 @@ def started(engine):
         return
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    from sgrad.parallel.ray_engine import connect
+
+    connect(None, cpus=4)  # as a RayEngine starts its own Ray
     try:
         settle()
         yield

@@ -12,7 +12,7 @@ import pytest
 from sgrad.checkpoint import load_checkpoint, network_state
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
 from sgrad.parallel import WorkerFailed, train_parallel
-from sgrad.parallel.ray_engine import LOOPBACK_ONLY, RayEngine
+from sgrad.parallel.ray_engine import DIRECT_MESSAGES, LOOPBACK_ONLY, RayEngine, connect
 
 os.environ.update(LOOPBACK_ONLY)  # before Ray loads: the tests' Ray listens on 127.0.0.1 only
 ray = pytest.importorskip("ray")
@@ -30,13 +30,14 @@ def data():
 
 @pytest.fixture(scope="module")
 def local_ray():
-    """One Ray for the module's tests (starting one takes seconds); the engines use it and leave it running.
+    """One Ray for the module's tests (starting one takes seconds), started as a RayEngine starts its own; the engines
+    use it and leave it running.
 
     Its worker processes can import the tests' own modules, as a cluster's nodes must import a user's.
     """
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pathlib.Path(__file__).parent), before]))
-    ray.init(num_cpus=CPUS, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    assert connect(None, cpus=CPUS)
     yield
     ray.shutdown()
     if before is None:
@@ -145,3 +146,13 @@ def test_a_comparison_on_ray_learns_exactly_what_it_learns_on_local_processes(lo
         assert run.history["test_accuracy"] == runs["local"][key].history["test_accuracy"]
         assert run.history["train_loss"] == runs["local"][key].history["train_loss"]
     assert ray.is_initialized()  # the module's Ray: the comparison used it and left it running
+
+
+def test_the_ray_sgrad_starts_passes_a_workers_messages_inside_its_calls(local_ray):
+    @ray.remote(num_cpus=0)
+    def setting():
+        return os.environ.get("RAY_max_direct_call_object_size")
+
+    message = 256 * 256 * 4 + 256 * 10 * 4  # h of a batch of 256 (float32), and its one-hot labels
+    assert int(ray.get(setting.remote())) == int(DIRECT_MESSAGES["RAY_max_direct_call_object_size"]) > message
+    assert "RAY_max_direct_call_object_size" not in os.environ  # set only while that Ray started
