@@ -59,6 +59,7 @@ from sgrad.steps import backprop_step, dni_step
 CONFIG = PaperConfig(dtype="float32")
 BATCH, CLASSES, EXAMPLES, TEST = CONFIG.batch_size, 10, 8192, 1024
 TARGET_SPEEDUP, TOLERANCE = 1.7, 0.15
+BACKPROP_STEPS = 5  # times --steps, for backprop's runs
 
 
 def data(seed=0):
@@ -78,18 +79,27 @@ def batch(train, t):
     return x[indices], np.eye(CLASSES, dtype=np.float32)[y[indices]]
 
 
+class Stepper:
+    """Calls take the next single-process step of ``method`` (batch gathering included) on the benchmark's net."""
+
+    def __init__(self, method, train=None):
+        self.method, self.train, self.t = method, data()[:2] if train is None else train, 0
+        self.layers = build_network(method, 784, CONFIG)
+
+    def __call__(self):
+        x, y = batch(self.train, self.t)
+        self.t += 1
+        if self.method == "backprop":
+            backprop_step(self.layers, x, y, summed_cross_entropy, CONFIG.alpha)
+        else:
+            dni_step(self.layers, x, y, summed_cross_entropy, CONFIG.alpha,
+                     condition=y if self.method == "cdni" else None)
+
+
 def single_process_step(method, train, steps):
     """Median seconds of one step of ``method`` in this process, batch gathering included (a tenth warms up)."""
-    layers = build_network(method, 784, CONFIG)
-    times = []
-    for t in range(steps):
-        start = time.perf_counter()
-        x, y = batch(train, t)
-        if method == "backprop":
-            backprop_step(layers, x, y, summed_cross_entropy, CONFIG.alpha)
-        else:
-            dni_step(layers, x, y, summed_cross_entropy, CONFIG.alpha, condition=y if method == "cdni" else None)
-        times.append(time.perf_counter() - start)
+    step = Stepper(method, train)
+    times = [timed(step) for _ in range(steps)]
     return float(np.median(times[steps // 10:]))
 
 
@@ -167,25 +177,6 @@ def block_times(method, train, rounds=30):
             float(np.median(top_samples[rounds // 5:])))
 
 
-PRODUCT = np.full((256, 256), 1 / 256, dtype=np.float32)
-
-
-def compute(products):
-    """A stand-in for a worker's computing between two messages: ``products`` (256, 256) float32 matrix products."""
-    a = PRODUCT
-    for _ in range(products):
-        a = a @ PRODUCT
-    return a
-
-
-def products_for(seconds):
-    """How many of :func:`compute`'s products take about ``seconds`` in this process, and the seconds they take."""
-    start = time.perf_counter()
-    compute(100)
-    products = max(1, round(seconds / ((time.perf_counter() - start) / 100)))
-    return products, min(timed(lambda: compute(products)) for _ in range(20))
-
-
 def busy_seconds():
     """Processor seconds this machine has spent on anything but idling since it booted (Linux's /proc/stat)."""
     with open("/proc/stat") as stat:
@@ -209,29 +200,38 @@ def down(message):
     return Message("target", message.step, message.array)
 
 
-def _echo(inbox, outbox, count, products):
+def work(method):
+    """What a side of a round trip does between taking a message and passing one on: nothing, or ``method``'s step."""
+    return Stepper(method) if method else lambda: None
+
+
+def _echo(inbox, outbox, count, method):
     threading.Thread(target=exit_with_driver, daemon=True).start()
+    step = work(method)
     for _ in range(count):
         message = inbox.get()
-        compute(products)
+        step()
         outbox.put(down(message))
 
 
-def local_round_trip(count, products=0):
+def local_round_trip(count, method=None):
     """``(seconds, processor seconds of the whole machine)`` of one round trip between two local processes
     (``multiprocessing`` queues, as the workers' inboxes): a worker's message up (:data:`UP`) and its target back
-    down, each side running ``products`` products between taking a message and passing one on."""
+    down, each side taking a single-process step of ``method`` (if given) between taking a message and passing
+    one on."""
     context = multiprocessing.get_context("spawn")
     there, back = context.Queue(), context.Queue()
-    echo = context.Process(target=_echo, args=(there, back, count + 5, products))
-    echo.start()
+    with environment(WORKER_ENVIRONMENT):
+        echo = context.Process(target=_echo, args=(there, back, count + 5, method))
+        echo.start()
     try:
+        step = work(method)
         for k in range(count + 5):
             if k == 5:
                 start, busy = time.perf_counter(), busy_seconds()
             there.put(UP._replace(step=k))
             back.get()
-            compute(products)
+            step()
         return (time.perf_counter() - start) / count, (busy_seconds() - busy) / count
     finally:
         echo.join(10)
@@ -251,35 +251,37 @@ class Mailbox:
     def deliver(self, message):
         self.inbox.put(message)
 
-    def bounce(self, peer, count, products):
+    def bounce(self, peer, count, method):
+        step = work(method)
         for _ in range(count):
             message = self.inbox.get()
-            compute(products)
+            step()
             peer.deliver.remote(down(message))
 
-    def ping(self, peer, count, products):
+    def ping(self, peer, count, method):
         """``(seconds, processor seconds of the machine)`` per round trip to ``peer`` (which computes and bounces each
         message back), computing here too."""
+        step = work(method)
         for k in range(count + 5):
             if k == 5:
                 start, busy = time.perf_counter(), busy_seconds()
             peer.deliver.remote(UP._replace(step=k))
             self.inbox.get()
-            compute(products)
+            step()
         return (time.perf_counter() - start) / count, (busy_seconds() - busy) / count
 
     def steps(self, method, steps):
         return step_seconds(method, steps)
 
 
-def ray_round_trip(count, products=0):
+def ray_round_trip(count, method=None):
     """As :func:`local_round_trip`, between two Ray actors, each calling the other's ``deliver``."""
     import ray
 
     first, second = ray_mailboxes(2)
     try:
-        bounced = second.bounce.remote(first, count + 5, products)
-        seconds = ray.get(first.ping.remote(second, count, products))
+        bounced = second.bounce.remote(first, count + 5, method)
+        seconds = ray.get(first.ping.remote(second, count, method))
         ray.get(bounced)
         return seconds
     finally:
@@ -345,27 +347,26 @@ def ray_steps_at_once(method, copies, steps):
 ENGINE_MEASUREMENTS = {"local": (local_round_trip, local_steps_at_once), "ray": (ray_round_trip, ray_steps_at_once)}
 
 
-def machine_costs(engine, methods, seconds_between, steps):
+def machine_costs(engine, methods, steps):
     """What the simulator's machine is on ``engine``, measured apart from the runs it predicts.
 
     ``transfer``: half a round trip between two workers that do nothing else; ``message_cpu``: half
-    the processor time the whole machine spent on that round trip.  ``wake[method]``: what
-    each message costs beyond that when the two compute ``seconds_between[method]`` (a worker's share of
-    the method's step) between messages, so that each sleeps until its message comes: half the round
-    trip, less the transfer and the computing (timed in this process).  ``contention[method]``: how much
+    the processor time the whole machine spent on that round trip.  ``contention[method]``: how much
     slower the method's single-process step runs in each of two workers at once than in one alone.
+    ``wake[method]``: what each message costs beyond its transfer when the two workers take a step of
+    the method between messages, so that each sleeps until its message comes and then computes: half
+    the round trip, less the transfer and the step (as the worker takes it alone).
     """
     round_trip, steps_at_once = ENGINE_MEASUREMENTS[engine]
     seconds, busy = round_trip(400)
     transfer, message_cpu = seconds / 2, busy / 2
     wake, contention = {}, {}
     for method in methods:
-        products, computing = products_for(seconds_between[method])
-        count = max(20, min(200, int(2.0 / computing)))
-        wake[method] = max(0.0, round_trip(count, products)[0] / 2 - computing - transfer)
         alone = steps_at_once(method, 1, steps)[0]
         together = float(np.median(steps_at_once(method, 2, steps)))
         contention[method] = max(0.0, together / alone - 1)
+        count = max(20, min(200, int(2.0 / alone)))
+        wake[method] = max(0.0, round_trip(count, method)[0] / 2 - alone - transfer)
     return {"transfer": transfer, "message_cpu": message_cpu, "wake": wake, "contention": contention}
 
 
@@ -406,22 +407,24 @@ def report(args):
         os.environ.update(LOOPBACK_ONLY)  # before Ray loads: a Ray on 127.0.0.1 only
     engines = {"local": LocalEngine, **({"ray": RayEngine} if args.ray else {})}
     methods = ("dni", "backprop")
+    # A backprop step is some fifteen times shorter than DNI's: five times the steps, so that its runs last long
+    # enough (seconds) for the machine's and Ray's own periodic work to average out.
+    steps = {"dni": args.steps, "backprop": BACKPROP_STEPS * args.steps}
     runs: dict = {}
     costs: dict = {name: [] for name in engines}
     computing: dict = {}
     for repeat in range(args.repeats):
         for method in methods:
             runs.setdefault((method, "one process", 1), []).append(
-                BATCH / single_process_step(method, train, args.steps // 2))
-        share = {method: BATCH / runs[(method, "one process", 1)][-1] / 2 for method in methods}
+                BATCH / single_process_step(method, train, steps[method] // 2))
         for name, engine in engines.items():
             with started(name):
                 for method in methods:
                     for workers in (1, 2):
-                        rate, seconds = pipeline_throughput(method, split, workers, args.steps, engine())
+                        rate, seconds = pipeline_throughput(method, split, workers, steps[method], engine())
                         runs.setdefault((method, name, workers), []).append(rate)
                         computing.setdefault((method, name, workers), []).append(seconds)
-                costs[name].append(machine_costs(name, methods, share, args.steps // 2))
+                costs[name].append(machine_costs(name, methods, args.steps // 2))
         print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr, flush=True)
     cores = os.cpu_count()
     machines = {name: {"transfer": float(np.median([c["transfer"] for c in values])),
@@ -525,7 +528,8 @@ def started(engine):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=200, help="steps of each pipeline run (default 200)")
+    parser.add_argument("--steps", type=int, default=200,
+                        help=f"steps of each DNI run (default 200); backprop's runs take {BACKPROP_STEPS} times as many")
     parser.add_argument("--repeats", type=int, default=3, help="times each measurement is repeated (default 3)")
     parser.add_argument("--ray", action="store_true", help="also run on Ray actors (pip install 'sgrad[ray]')")
     parser.add_argument("--out", default=None, help="folder for results.json and results.md")
