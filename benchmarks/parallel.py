@@ -6,16 +6,18 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
 1. the single-process steps (``sgrad.steps.dni_step``, ``backprop_step``), median time per step,
    gathering the batch included (as the bottom worker gathers it);
 2. the same nets on 1 and 2 local workers (``sgrad.parallel.train_parallel``): examples per
-   second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4),
+   second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4;
+   ``--steps`` for DNI, five times as many for backprop, whose step is some fifteen times shorter),
    and the seconds the workers spent computing per step (their timelines' forward, backward and
    update events), beside the compute measured in one process;
 3. the machine the simulator is given, measured apart from those runs (``machine_costs``), on each
-   engine: a message's ``transfer`` time (half a round trip of h of one batch, (256, 256) float32,
-   between two workers that do nothing else: ``multiprocessing`` queues, or calls of a Ray actor's
-   ``deliver``); its ``wake`` cost (what a round trip costs beyond that when both sides compute a
-   worker's share of the step between messages, so that each sleeps until its message comes); and
-   the ``contention`` between two workers computing at once (the single-process step in two
-   processes at the same time against one alone);
+   engine: a message's ``transfer`` time (half a round trip of a worker's messages, h of one batch
+   and its labels up, (256, 256) and (256, 10) float32, and the target down, between two workers that
+   do nothing else: ``multiprocessing`` queues, or calls of a Ray actor's ``deliver``) and the
+   processor time it costs the machine; the ``contention`` between two workers
+   computing at once (the single-process step in two processes at the same time against one alone);
+   and the ``wake`` cost (what a round trip costs beyond that when both sides take a step of the
+   method between messages, so that each sleeps until its message comes);
 4. each block's forward, backward, update, generator and regression times, and the top layer's,
    measured in a process set up as a worker is (one BLAS thread, malloc keeping freed memory);
    the simulator's throughput from them and the machine, against the measured ones (and, for
