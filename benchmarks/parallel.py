@@ -101,7 +101,7 @@ class Stepper:
 def single_process_step(method, train, steps):
     """Median seconds of one step of ``method`` in this process, batch gathering included (a tenth warms up)."""
     step = Stepper(method, train)
-    times = [timed(step) for _ in range(steps)]
+    times = [duration(step) for _ in range(steps)]
     return float(np.median(times[steps // 10:]))
 
 
@@ -187,7 +187,8 @@ def busy_seconds():
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(call):
+def duration(call):
+    """Seconds that ``call()`` takes."""
     start = time.perf_counter()
     call()
     return time.perf_counter() - start
