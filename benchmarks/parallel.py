@@ -237,10 +237,7 @@ def local_round_trip(count, method=None):
             step()
         return (time.perf_counter() - start) / count, (busy_seconds() - busy) / count
     finally:
-        echo.join(10)
-        if echo.is_alive():
-            echo.kill()
-            echo.join()
+        ended([echo])
 
 
 class Mailbox:
@@ -323,11 +320,16 @@ def in_workers(copies, function, *args):
         start.set()
         return [results.get(timeout=600) for _ in processes]
     finally:
-        for process in processes:
-            process.join(10)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        ended(processes)
+
+
+def ended(processes):
+    """Wait for ``processes`` to exit (10 s each at most), killing any still running then: none outlives the script."""
+    for process in processes:
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def local_steps_at_once(method, copies, steps):

@@ -16,9 +16,9 @@ The cost model, in seconds per batch:
 - ``message_cpu``: the processor time a message costs the machine (copies, serialisation, the
   engine's own processes), taken from the cores while it is in flight.
 
-The defaults (``wake=0``, ``contention=0``, ``cores=None``, ``message_cpu=0``) model an ideal machine: a core per worker,
-and a message that costs only its transfer.  On a real one, measure them (``benchmarks/parallel.py``
-does) and pass them in.
+The defaults (``wake=0``, ``contention=0``, ``cores=None``, ``message_cpu=0``) model an ideal machine:
+a core per worker, and a message that costs only its transfer.  On a real one, measure them
+(``benchmarks/parallel.py`` does) and pass them in.
 
 :func:`simulate` runs each worker's operations in the order the schedules' code runs them
 (:mod:`sgrad.parallel.schedules`: the same sends, the same waits), each starting as soon as the
@@ -104,7 +104,8 @@ def simulate(programs: list[Iterator[Operation]], transfer: float, *, wake: floa
                         break
                 elif kind == "send":
                     arrivals[value] = now + transfer
-                    heapq.heappush(flying, arrivals[value])
+                    if load:  # only a message that takes processor time changes the cores' speed as it lands
+                        heapq.heappush(flying, arrivals[value])
                     if value in asleep:
                         heapq.heappush(waking, (arrivals[value] + wake, asleep.pop(value)))
                 elif kind == "receive":
