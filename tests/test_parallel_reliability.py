@@ -122,11 +122,15 @@ if __name__ == "__main__":
 
 
 UNGUARDED = """
+import multiprocessing, time
 import numpy as np
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
 from sgrad.parallel import train_parallel
 
 # No `if __name__ == "__main__":` here: every local worker imports this script again as it starts.
+if multiprocessing.current_process().name.startswith("sgrad worker 1 "):
+    held = multiprocessing.get_context("spawn").Lock()  # a semaphore, as the queues the run makes hold
+    time.sleep(2)  # still starting when worker 0 has died
 config = PaperConfig(depth=3, hidden=16, generator_hidden=(8,), batch_size=8, dtype="float64")
 rng = np.random.default_rng(0)
 data = rng.random((4000, 20)), rng.integers(0, 10, 4000), rng.random((32, 20)), rng.integers(0, 10, 32)
@@ -146,6 +150,9 @@ def test_a_script_without_a_main_guard_stops_with_a_message_that_says_so(tmp_pat
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("sgrad.parallel.engines.WorkerFailed: worker 0 (layer 0) died as it started"), last
     assert "put that call under `if __name__ == '__main__':`" in last
+    # Worker 1, still importing the script, was let die of the same error rather than stopped half-way: stopped,
+    # it would have left its semaphore to multiprocessing's resource tracker, which warns as the script ends.
+    assert stderr.count("\nRuntimeError: ") == 2 and "leaked" not in stderr, stderr
     assert_group_ends(run.pid, "the script's group")
 
 

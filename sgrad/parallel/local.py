@@ -55,19 +55,33 @@ class LocalEngine(Engine):
                 self.processes.append(process)
                 self.connections[worker.index] = receiver
                 handovers.append(handover)
-        for worker, process, handover in zip(workers, self.processes, handovers):
-            with handover:
-                try:
-                    handover.send(worker)
-                    handover.recv()  # the worker has it
-                except (BrokenPipeError, ConnectionResetError, EOFError):
-                    process.join(self.stop_timeout)
-                    raise WorkerFailed(
-                        f"{describe(worker)} died as it started, before it took its layers "
-                        f"({exit_cause(process.exitcode) if process.exitcode is not None else 'still running'}). "
-                        "Each local worker is a fresh Python process that first imports your main module again "
-                        "(multiprocessing's 'spawn'): if you start the run from a script, put that call under "
-                        "`if __name__ == '__main__':`. The worker's own error, if any, is printed above") from None
+        for i, (worker, process, handover) in enumerate(zip(workers, self.processes, handovers)):
+            try:
+                handover.send(worker)
+                handover.recv()  # the worker has it
+            except (BrokenPipeError, ConnectionResetError, EOFError):
+                self.let_end(self.processes[i:], handovers[i:])
+                raise WorkerFailed(
+                    f"{describe(worker)} died as it started, before it took its layers "
+                    f"({exit_cause(process.exitcode) if process.exitcode is not None else 'still running'}). "
+                    "Each local worker is a fresh Python process that first imports your main module again "
+                    "(multiprocessing's 'spawn'): if you start the run from a script, put that call under "
+                    "`if __name__ == '__main__':`. The worker's own error, if any, is printed above") from None
+            finally:
+                handover.close()
+
+    def let_end(self, processes: list[Any], handovers: list[Any]) -> None:
+        """After a worker died starting: close the handovers not yet made and give those processes time to end.
+
+        A worker still waiting for its layers then exits at once; one that is importing the main module, as
+        the dead one was, dies of the same error by itself, having released what it created (a process
+        stopped by a signal half-way leaves its queues' semaphores to multiprocessing's resource tracker,
+        which warns of them).  Those still running after ``stop_timeout`` seconds are stopped with the rest.
+        """
+        for handover in handovers:
+            handover.close()
+        for process in processes:
+            process.join(self.stop_timeout)
 
     def next_report(self, timeout: float) -> Report | None:
         alive = [p.sentinel for p in self.processes if p.exitcode is None]
@@ -104,7 +118,10 @@ def serve(handover: Any, inbox: Any, neighbours: dict[int, Any], connection: Any
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle: it stops every worker
     threading.Thread(target=exit_with_driver, daemon=True).start()
     with handover:
-        worker = handover.recv()
+        try:
+            worker = handover.recv()
+        except EOFError:  # another worker died starting: the driver stops the run before handing this one its own
+            return
         handover.send(True)
 
     def send(j: int, message: Message) -> None:
