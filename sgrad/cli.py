@@ -79,6 +79,7 @@ def _int_at_least(minimum):
 
 
 _positive_float = _checked(float, "a number", lambda value: check_number(value, "", above=0, example="0.01"))
+_weight = _checked(float, "a number", lambda value: check_number(value, "", above=0, at_most=1, example="0.1"))
 
 
 def _bits(text):
@@ -294,6 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"Adam learning rate of the LSTM and the readout (default {RNN_DEFAULTS.alpha})")
     rnn.add_argument("--generator-lr", type=_positive_float, default=RNN_DEFAULTS.generator_alpha,
                      help=f"the generator's Adam learning rate (default {RNN_DEFAULTS.generator_alpha})")
+    rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="LAMBDA",
+                     help="DNI: the weight λ in (0, 1] of the synthetic gradient where it enters a window's "
+                          f"backward, a discount per window (default {RNN_DEFAULTS.synthetic_scale:g})")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     rnn.add_argument("--out", default="results/rnn", help="output and cache folder (default results/rnn)")
@@ -407,7 +411,7 @@ def _parallel(args: argparse.Namespace) -> str:
 def _rnn(args: argparse.Namespace) -> str:
     config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
-                       eval_every=args.eval_every)
+                       synthetic_scale=args.synthetic_scale, eval_every=args.eval_every)
     results = run_rnn_grid(tasks=args.tasks, methods=args.methods, windows=args.windows, seeds=args.seeds,
                            config=config, out_dir=args.out, progress=None if args.quiet else print_progress,
                            checkpoint_every=args.checkpoint_every or None)

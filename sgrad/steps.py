@@ -128,7 +128,7 @@ def true_gradients(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn:
 def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., tuple[Any, np.ndarray]],
                alpha: float, *, window: int, state: np.ndarray | None = None, generator: Any = None,
                generator_alpha: float | None = None, mask: np.ndarray | None = None, sequence_ends: bool = True,
-               true_targets: bool = False) -> tuple[float, np.ndarray, list[float]]:
+               true_targets: bool = False, synthetic_scale: float = 1.0) -> tuple[float, np.ndarray, list[float]]:
     """Truncated BPTT over a batch of sequences, with a synthetic gradient at each window's end if a generator is given.
 
     core: a recurrent layer (:class:`~sgrad.recurrent.RNN`, :class:`~sgrad.recurrent.LSTM`);
@@ -142,12 +142,16 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: C
     1. ``outputs, s_{k+1} = core.forward(x_k, s_k)``; the readout and ``loss_fn`` give the window's loss;
     2. the gradient arriving at the window's last state: ``ĝ_{k+1} = M(s_{k+1})`` from the ``generator``
        M (DNI), or zero (plain truncated BPTT, and after the sequence's last step if ``sequence_ends``);
-    3. ``δ_k = core.backward(d_outputs, ĝ_{k+1})``: the window's loss gradient and ĝ_{k+1},
-       backpropagated to s_k.  Nothing of it goes on into window k-1: the gradient stops at the boundary;
+    3. ``δ_k = core.backward(d_outputs, λ ĝ_{k+1})``: the window's loss gradient and λ ĝ_{k+1},
+       backpropagated to s_k, with λ = ``synthetic_scale`` (default 1).  Nothing of it goes on into
+       window k-1: the gradient stops at the boundary;
     4. the core and the readout descend at once, with learning rate ``alpha``;
     5. DNI: M regresses M(s_k) onto δ_k (learning rate ``generator_alpha``, default ``alpha``).
        δ_k is the bootstrapped target of the ĝ_k that window k-1 used at its end: the true gradient
-       of this window's loss plus M's own prediction at the next boundary.  There is no boundary before
+       of this window's loss plus λ times M's own prediction at the next boundary.  So M learns the
+       future's gradient with each window further away weighted by λ once more, as a discount weights
+       later rewards in temporal-difference learning: λ < 1 bounds the sum, and keeps a ĝ that is still
+       poor from driving the core as hard as the window's own loss does.  There is no boundary before
        the first window of a fresh sequence (``state=None``), so M does not train there; a ``state``
        carried over from a previous call is a boundary.  ``true_targets=True`` (a teaching option)
        regresses M(s_k) onto the true dL/ds_k instead: the loss of every step from s_k to the end of x,
@@ -172,6 +176,7 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: C
     generator_alpha = alpha if generator_alpha is None else validation.check_learning_rate(generator_alpha,
                                                                                            "generator_alpha")
     sequence_ends = validation.check_bool(sequence_ends, "sequence_ends")
+    scale = validation.check_number(synthetic_scale, "synthetic_scale", above=0, at_most=1, example="0.1")
     if validation.check_bool(true_targets, "true_targets") and generator is None:
         raise ValueError("true_targets=True trains a generator, but none was given; pass generator=...")
     weights = np.ones((batch, time), dtype=x.dtype) if mask is None else mask.astype(x.dtype)
@@ -182,7 +187,7 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: C
         outputs, s_next = core.forward(x[:, begin:end], s)                                        # 1.
         loss, d_outputs = _window_loss(readout, outputs, y[:, begin:end], weights[:, begin:end], loss_fn, batch)
         cut_off = generator is None or (end == time and sequence_ends)
-        g_hat = None if cut_off else generator.predict(s_next)                                  # 2. ĝ_{k+1}
+        g_hat = None if cut_off else scale * generator.predict(s_next)                          # 2. λ ĝ_{k+1}
         _, delta = core.backward(d_outputs, g_hat, input_delta=False)                           # 3. δ_k
         if true_targets and at_boundary:
             delta = _true_state_gradient(core, readout, x[:, begin:], y[:, begin:], weights[:, begin:], loss_fn, s)

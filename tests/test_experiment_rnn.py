@@ -53,6 +53,8 @@ def test_bad_settings_are_refused_with_what_came():
         RnnConfig(hidden=0)
     with pytest.raises(ValueError, match="threshold"):
         RnnConfig(threshold=0.0)
+    with pytest.raises(ValueError, match=r"synthetic_scale must be a finite number in \(0, 1\], e.g. 0.1; got 0.0"):
+        RnnConfig(synthetic_scale=0)
     with pytest.raises(ValueError, match="unknown task .addition.; choose one of .copy., .repeat-copy."):
         train_cell("addition", "dni", 2, TINY)
     with pytest.raises(ValueError, match="methods must be a non-empty list drawn from bptt, dni; got \\['dni-aux'\\]"):
@@ -123,6 +125,7 @@ def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path
     (["--tasks", "addition"], "expected a comma-separated subset of copy,repeat-copy"),
     (["--steps", "0"], "must be at least 1; got 0"),
     (["--lr", "-1"], "argument --lr"),
+    (["--synthetic-scale", "2"], "argument --synthetic-scale: must be a finite number in (0, 1], e.g. 0.1; got 2.0"),
 ])
 def test_a_bad_argument_exits_2_with_one_line_saying_what_came(tmp_path, args, message):
     result = run_sgrad(tmp_path, *args)

@@ -398,10 +398,12 @@ def test_the_sequence_loss_does_not_depend_on_where_the_windows_are_cut(window):
     assert loss == pytest.approx(expected, rel=1e-13)
 
 
+@pytest.mark.parametrize("scale", [1.0, 0.25], ids=["ĝ as it is", "ĝ weighted by 0.25"])
 @pytest.mark.parametrize("sequence_ends", [True, False])
 @pytest.mark.parametrize("carried", [False, True], ids=["fresh sequence", "state carried in"])
 @pytest.mark.parametrize("cls", [RNN, LSTM])
-def test_tbptt_step_is_the_modules_public_calls_with_bootstrapped_generator_targets(cls, carried, sequence_ends):
+def test_tbptt_step_is_the_modules_public_calls_with_bootstrapped_generator_targets(cls, carried, sequence_ends,
+                                                                                    scale):
     def build():
         core, readout, x, y, mask = _sequence_task(cls, update_rule="adam")
         return core, readout, RecordingGenerator(core.state_dim, init="blog", seed=5), x, y, mask
@@ -410,7 +412,8 @@ def test_tbptt_step_is_the_modules_public_calls_with_bootstrapped_generator_targ
     state = np.random.default_rng(1).standard_normal((3, core.state_dim)) if carried else None
     loss, last_state, generator_losses = tbptt_step(core, readout, x, y, mse, 0.05, window=3, state=state,
                                                     generator=generator, generator_alpha=0.02, mask=mask,
-                                                    sequence_ends=sequence_ends)
+                                                    sequence_ends=sequence_ends,
+                                                    **({} if scale == 1.0 else {"synthetic_scale": scale}))
 
     hand_core, hand_readout, hand_generator, _, _, _ = build()
     s = hand_core.initial_state(3) if state is None else state
@@ -421,7 +424,7 @@ def test_tbptt_step_is_the_modules_public_calls_with_bootstrapped_generator_targ
                          reduction="none")
         row_weights = mask[:, begin:end].reshape(-1) / 3
         d_outputs = hand_readout.backward(d * row_weights[:, None]).reshape(outputs.shape)
-        g_hat = None if end == 7 and sequence_ends else hand_generator.predict(s_next)
+        g_hat = None if end == 7 and sequence_ends else scale * hand_generator.predict(s_next)
         _, delta = hand_core.backward(d_outputs, g_hat, input_delta=False)
         hand_core.update(0.05)
         hand_readout.update(0.05)
@@ -507,6 +510,11 @@ BAD_TBPTT = {
                                  r"the readout must take the core's hidden_dim, 3"),
     "learning rate 0": ({"alpha": 0}, ValueError, r"alpha \(a learning rate\)"),
     "true targets without a generator": ({"generator": None, "true_targets": True}, ValueError, r"none was given"),
+    "synthetic scale 0": ({"synthetic_scale": 0}, ValueError,
+                          r"synthetic_scale must be a finite number in \(0, 1\], e.g. 0.1; got 0.0"),
+    "synthetic scale above 1": ({"synthetic_scale": 1.5}, ValueError, r"synthetic_scale .* got 1.5"),
+    "synthetic scale NaN": ({"synthetic_scale": float("nan")}, ValueError, r"synthetic_scale .* got nan"),
+    "synthetic scale as text": ({"synthetic_scale": "0.1"}, TypeError, r"synthetic_scale must be a number"),
 }
 
 

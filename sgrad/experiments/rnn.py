@@ -63,6 +63,8 @@ class RnnConfig:
     eval_every : steps between the curriculum's measurements, each on a fresh batch.
     update_rule, alpha, generator_alpha : the core's, the readout's and the
         generator's update rule and learning rates (``generator_alpha=None``: alpha).
+    synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
+        :func:`~sgrad.steps.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for every method) and the sequences drawn.
     """
@@ -77,11 +79,14 @@ class RnnConfig:
     update_rule: str = "adam"
     alpha: float = 3e-3
     generator_alpha: float | None = 3e-4
+    synthetic_scale: float = 1.0
     dtype: str = "float64"
     seed: int = 0
 
     def __post_init__(self) -> None:
         check_settings(self, {
+            "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
+                                            example="0.1"),
             "steps": check_integer(self.steps, "steps"),
             "hidden": check_integer(self.hidden, "hidden"),
             "bits": check_integer(self.bits, "bits"),
@@ -159,7 +164,8 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     def train_step(_indices, history):
         x, y, mask = draw_batch(task, history["curriculum"]["length"], config, rng)
         loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
-                                generator=generator, generator_alpha=config.generator_alpha, mask=mask)
+                                generator=generator, generator_alpha=config.generator_alpha, mask=mask,
+                                synthetic_scale=config.synthetic_scale)
         return loss
 
     def evaluate(step, losses, history):
