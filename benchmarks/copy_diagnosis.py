@@ -14,6 +14,9 @@ script also asks how much of the true gradient at each boundary state s_k *any* 
 predict: a least-squares fit on 3,000 sequences, scored by its cosine with the truth on 1,000 others,
 beside the cosine of the trained generator's ĝ.
 
+``--scale λ`` (for the DNI methods): ĝ enters the window's backward weighted by λ, the ``synthetic_scale`` of
+:func:`~sgrad.steps.tbptt_step` (the bootstrapped targets then discount each window further away by λ).
+
 ``--hold H --ramp R`` (a warm-up, for the DNI methods): ĝ enters the window's backward with a weight β
 that is 0 for the first H steps (truncated BPTT while M learns), then rises linearly to 1 over the next
 R steps.  The bootstrapped target is what then reaches s_k, so it holds β·ĝ too.
@@ -24,7 +27,7 @@ mean |c|.  Saturated units carry little gradient and little information; a synth
 pushing the state along one direction drives them there.
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/copy_diagnosis.py [--length 3] [--window 2] [--steps 5000]
-      [--methods bptt,dni,dni-true,full] [--seed 0] [--ceiling] [--hold 0 --ramp 0]
+      [--methods bptt,dni,dni-true,full] [--seed 0] [--ceiling] [--scale 1] [--hold 0 --ramp 0]
 """
 
 import argparse
@@ -129,6 +132,7 @@ def main(argv=None):
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated subset of {','.join(METHODS)}")
     parser.add_argument("--alpha", type=float, default=3e-3, help="the core's and readout's Adam rate (3e-3)")
     parser.add_argument("--generator-alpha", type=float, default=3e-4, help="the generator's Adam rate (3e-4)")
+    parser.add_argument("--scale", type=float, default=1.0, help="DNI: λ, the weight of ĝ in the backward (1)")
     parser.add_argument("--hold", type=int, default=0, help="DNI: steps before ĝ enters the backward (default 0)")
     parser.add_argument("--ramp", type=int, default=0, help="DNI: steps over which ĝ's weight then rises to 1 (0)")
     parser.add_argument("--seed", type=int, default=0)
@@ -150,7 +154,8 @@ def main(argv=None):
             x, y, mask = copy_batch(BATCH, args.length, bits=BITS, rng=rng)
             tbptt_step(core, readout, x, y, bce_with_logits, args.alpha,
                        window=x.shape[1] if method == "full" else args.window, generator=generator,
-                       generator_alpha=args.generator_alpha, mask=mask, true_targets=method == "dni-true")
+                       generator_alpha=args.generator_alpha, mask=mask, true_targets=method == "dni-true",
+                       synthetic_scale=args.scale)
             if step % args.every == 0:
                 scores.append(error(core, readout, *copy_batch(SCORED, args.length, bits=BITS, rng=rng)))
         print(f"{method:9s} " + " ".join(f"{s:5.2f}" for s in scores) + f"   ({time.perf_counter() - start:.0f} s)",
