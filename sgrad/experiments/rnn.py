@@ -77,7 +77,7 @@ class RnnConfig:
     threshold: float = PAPER_THRESHOLD
     eval_every: int = 50
     update_rule: str = "adam"
-    alpha: float = 3e-3
+    alpha: float = 1e-3
     generator_alpha: float | None = 3e-4
     synthetic_scale: float = 1.0
     dtype: str = "float64"
