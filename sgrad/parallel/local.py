@@ -60,7 +60,7 @@ class LocalEngine(Engine):
                 handover.send(worker)
                 handover.recv()  # the worker has it
             except (BrokenPipeError, ConnectionResetError, EOFError):
-                self.let_end(self.processes[i:], handovers[i:])
+                self.let_end(self.processes[i:], handovers[i + 1:])
                 raise WorkerFailed(
                     f"{describe(worker)} died as it started, before it took its layers "
                     f"({exit_cause(process.exitcode) if process.exitcode is not None else 'still running'}). "
