@@ -23,6 +23,7 @@ import os
 import pathlib
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,7 +120,8 @@ def grade(path: pathlib.Path, *, timeout: int = TIMEOUT) -> Grades:
         # The kernel never answered: not the notebook's fault.  Kernels started side by side can race for
         # their ports, so a fresh kernel is worth another try.
         if attempt == KERNEL_STARTS:
-            raise GradingError(f"could not run a python3 Jupyter kernel ({run.error}; {KERNEL_STARTS} tries); "
+            said = f"; its last words: {run.kernel_said!r}" if run.kernel_said else ""
+            raise GradingError(f"could not run a python3 Jupyter kernel ({run.error}; {KERNEL_STARTS} tries{said}); "
                                "install one with: pip install -e '.[notebooks]'")
     seconds = time.perf_counter() - start
     student_cells = run.notebook.cells[:first_check]
@@ -140,6 +142,7 @@ class _Run:
     died: bool = False       # the kernel went away before the last check finished
     interrupted: bool = False
     error: str = ""          # why nbclient stopped early, if it did
+    kernel_said: str = ""    # the last line the kernel process wrote to its own stdout or stderr
 
 
 def _run_once(notebook: Any, path: pathlib.Path, timeout: int) -> _Run:
@@ -155,13 +158,20 @@ def _run_once(notebook: Any, path: pathlib.Path, timeout: int) -> _Run:
                             interrupt_on_timeout=True, extra_arguments=["--log-level=ERROR"],
                             resources={"metadata": {"path": str(path.parent)}})
     interrupted = _interruptible(client, run)
-    try:
-        client.execute(env={**os.environ, "SGRAD_SMOKE": "1"})
-    except Exception as error:
-        # Once the cells run, nbclient stops early only when the kernel goes away: DeadKernelError when it
-        # notices the death, other errors when the death races its clean-up.
-        run.died = run.started
-        run.error = f"{type(error).__name__}: {error}".rstrip(": ")
+    # What the student's code prints reaches the notebook through the kernel's messages.  The kernel
+    # process's own stdout and stderr carry only its log (at shutdown, ipykernel can log a traceback
+    # from a socket it has already closed), so they go to a file, not into the report.
+    with tempfile.TemporaryFile() as kernel_output:
+        try:
+            client.execute(env={**os.environ, "SGRAD_SMOKE": "1"}, stdout=kernel_output, stderr=kernel_output)
+        except Exception as error:
+            # Once the cells run, nbclient stops early only when the kernel goes away: DeadKernelError when
+            # it notices the death, other errors when the death races its clean-up.
+            run.died = run.started
+            run.error = f"{type(error).__name__}: {error}".rstrip(": ")
+        kernel_output.seek(0)
+        lines = kernel_output.read().decode(errors="replace").strip().splitlines()
+        run.kernel_said = lines[-1].strip() if lines else ""
     # nbclient has cleaned up by now, and its exit hook would fail on a kernel already given up.  (On Ctrl-C
     # before the kernel answered, the hook stays: it is what ends that kernel.)
     atexit.unregister(client._cleanup_kernel)

@@ -240,15 +240,18 @@ import os, pathlib, sys
 starts = pathlib.Path(os.environ["SGRAD_TEST_KERNEL_STARTS"])
 started = int(starts.read_text()) if starts.exists() else 0
 starts.write_text(str(started + 1))
+# A kernel's own log, as ipykernel's can be at shutdown: it belongs to no report.
+print("Traceback (most recent call last): ZMQError: Socket operation on non-socket", file=sys.stderr, flush=True)
 if started < int(os.environ["SGRAD_TEST_KERNEL_FAILURES"]):
-    sys.exit(1)  # dies before it answers, as a kernel that lost the race for its ports does
+    sys.exit(f"lost the race for its ports (start {started + 1})")  # dies before it answers
 from ipykernel.kernelapp import launch_new_instance
 launch_new_instance()
 """
 
 
 def flaky_kernel(tmp_path, failures):
-    """An environment whose python3 kernel dies at its first ``failures`` starts, and a file counting its starts."""
+    """An environment whose python3 kernel logs a traceback to its stderr and dies at its first ``failures``
+    starts, and a file counting its starts."""
     spec = tmp_path / "jupyter" / "kernels" / "python3"
     spec.mkdir(parents=True)
     (spec / "launch.py").write_text(LAUNCHER)
@@ -279,5 +282,6 @@ def test_a_kernel_that_never_answers_exits_2_after_three_starts(tmp_path):
     assert run.returncode == 2
     assert run.stdout == ""
     assert run.stderr.startswith("python -m sgrad.grading: error: could not run a python3 Jupyter kernel (")
-    assert "3 tries); install one with: pip install -e '.[notebooks]'" in run.stderr
+    assert ("3 tries; its last words: 'lost the race for its ports (start 3)'); "
+            "install one with: pip install -e '.[notebooks]'") in run.stderr
     assert "Traceback" not in run.stderr
