@@ -213,10 +213,18 @@ def source_digest() -> str:
 
 
 def made_by() -> dict[str, str]:
-    """What makes a checkpoint now: ``{'sgrad_version': ..., 'source_digest': ...}`` (see :func:`source_digest`)."""
+    """What this process's results are made by: ``{'sgrad_version': ..., 'source_digest': ...}``.
+
+    The digest is :func:`source_digest` as it was when sgrad was imported, the source this process runs,
+    not as it is on disk now: a cell or checkpoint saved after an edit made during a long run is still
+    the old code's, and the edited code will not take it for its own.
+    """
     from . import __version__  # read at call time: the package has finished loading by then
 
-    return {"sgrad_version": __version__, "source_digest": source_digest()}
+    return {"sgrad_version": __version__, "source_digest": _SOURCE_AT_IMPORT}
+
+
+_SOURCE_AT_IMPORT = source_digest()  # `import sgrad` imports this module first thing
 
 
 def save_run(path: PathLike, network: Network, run: dict, *, step: int, rng: np.random.Generator, history: dict,

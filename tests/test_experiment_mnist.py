@@ -185,6 +185,38 @@ def test_a_cell_made_by_other_code_is_trained_again_and_says_why(tmp_path):
     assert remade_by["source_digest"] != made_by["source_digest"]
 
 
+EDITED_WHILE_IT_RUNS = GRID_IN_A_COPY.replace("progress=print", "progress=edit_then_print") .replace(
+    "from sgrad.experiments.mnist", """import pathlib
+def edit_then_print(line):  # the source changes on disk while the cell trains
+    steps = pathlib.Path(sys.argv[2])
+    if "# edited" not in steps.read_text(encoding="utf-8"):
+        steps.write_text(steps.read_text(encoding="utf-8") + "# edited\\n", encoding="utf-8")
+    print(line)
+from sgrad.experiments.mnist""")
+
+
+def test_a_cell_is_recorded_as_made_by_the_code_that_ran_not_by_an_edit_made_while_it_ran(tmp_path):
+    src = copy_of_the_code(tmp_path)
+    env = dict(os.environ, PYTHONPATH=str(src), OPENBLAS_NUM_THREADS="1")
+    digest = [sys.executable, "-c", "from sgrad.checkpoint import source_digest; print(source_digest())"]
+    before = subprocess.run(digest, capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.strip()
+    steps = src / "sgrad" / "steps.py"
+    run = subprocess.run([sys.executable, "-c", EDITED_WHILE_IT_RUNS, str(tmp_path / "out"), str(steps)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert steps.read_text(encoding="utf-8").endswith("# edited\n")
+    after = subprocess.run(digest, capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.strip()
+    assert after != before
+    cell = tmp_path / "out" / "cells" / "backprop-depth2.json"
+    assert json.loads(cell.read_text())["code"]["source_digest"] == before
+    again = subprocess.run([sys.executable, "-c", GRID_IN_A_COPY, str(tmp_path / "out")], capture_output=True,
+                           text=True, env=env, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[0] == (f"[backprop, depth 2] not reusing {cell}: it was made by other code "
+                                            "(another sgrad version or source); training again")
+    assert json.loads(cell.read_text())["code"]["source_digest"] == after
+
+
 def test_the_grid_checks_every_depth_and_the_folder_before_it_trains_a_cell(tiny_data, tmp_path):
     with pytest.raises(ValueError, match="depth must be at least 2; got 1"):
         run_grid(tiny_data, methods=("backprop",), depths=(3, 1), config=TINY, out_dir=tmp_path / "out")
