@@ -224,7 +224,7 @@ def made_by() -> dict[str, str]:
     return {"sgrad_version": __version__, "source_digest": _SOURCE_AT_IMPORT}
 
 
-_SOURCE_AT_IMPORT = source_digest()  # `import sgrad` imports this module first thing
+_SOURCE_AT_IMPORT = source_digest()  # once, as `import sgrad` loads this module
 
 
 def save_run(path: PathLike, network: Network, run: dict, *, step: int, rng: np.random.Generator, history: dict,

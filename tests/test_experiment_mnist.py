@@ -185,7 +185,7 @@ def test_a_cell_made_by_other_code_is_trained_again_and_says_why(tmp_path):
     assert remade_by["source_digest"] != made_by["source_digest"]
 
 
-EDITED_WHILE_IT_RUNS = GRID_IN_A_COPY.replace("progress=print", "progress=edit_then_print") .replace(
+EDITED_WHILE_IT_RUNS = GRID_IN_A_COPY.replace("progress=print", "progress=edit_then_print").replace(
     "from sgrad.experiments.mnist", """import pathlib
 def edit_then_print(line):  # the source changes on disk while the cell trains
     steps = pathlib.Path(sys.argv[2])
