@@ -25,7 +25,7 @@ from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperCo
 from .experiments.mnist import results_table as paper_table
 from .experiments.parallel import ENGINES, check_runs, compare_parallel
 from .experiments.parallel import results_table as parallel_table
-from .experiments.rnn import DEFAULT_WINDOWS, RNN_METHODS, TASKS, RnnConfig
+from .experiments.rnn import DEFAULT_WINDOWS, GENERATOR_TARGETS, RNN_METHODS, TASKS, RnnConfig
 from .experiments.rnn import results_table as rnn_table
 from .experiments.rnn import run_grid as run_rnn_grid
 from .nonlinearities import NONLINEARITIES
@@ -298,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="LAMBDA",
                      help="DNI: the weight λ in (0, 1] of the synthetic gradient where it enters a window's "
                           f"backward, a discount per window (default {RNN_DEFAULTS.synthetic_scale:g})")
+    rnn.add_argument("--targets", default=RNN_DEFAULTS.generator_targets, choices=GENERATOR_TARGETS,
+                     help="what the DNI generator regresses onto: 'bootstrap' (the method, default) or 'true' (a "
+                          "teaching option: the untruncated gradient of the rest of the sequence)")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     rnn.add_argument("--out", default="results/rnn", help="output and cache folder (default results/rnn)")
@@ -411,7 +414,8 @@ def _parallel(args: argparse.Namespace) -> str:
 def _rnn(args: argparse.Namespace) -> str:
     config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
-                       synthetic_scale=args.synthetic_scale, eval_every=args.eval_every)
+                       synthetic_scale=args.synthetic_scale, generator_targets=args.targets,
+                       eval_every=args.eval_every)
     results = run_rnn_grid(tasks=args.tasks, methods=args.methods, windows=args.windows, seeds=args.seeds,
                            config=config, out_dir=args.out, progress=None if args.quiet else print_progress,
                            checkpoint_every=args.checkpoint_every or None)

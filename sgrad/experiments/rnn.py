@@ -49,6 +49,7 @@ from .loop import atomic_write_text, check_methods, check_out_dir, check_setting
 TASKS = ("copy", "repeat-copy")
 RNN_METHODS = ("bptt", "dni")
 DEFAULT_WINDOWS = (2, 3, 4, 5, 8)
+GENERATOR_TARGETS = ("bootstrap", "true")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,10 @@ class RnnConfig:
         generator's update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
         :func:`~sgrad.steps.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
+    generator_targets : what the DNI generator regresses onto: 'bootstrap' (the default, the method) or
+        'true' (a teaching option: the untruncated gradient of the rest of the sequence at each boundary,
+        ``tbptt_step(..., true_targets=True)``; it backpropagates through every later step, so it shows how far
+        a generator fed the future's exact gradient would carry the core, not a method that saves anything).
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for every method) and the sequences drawn.
     """
@@ -80,6 +85,7 @@ class RnnConfig:
     alpha: float = 1e-3
     generator_alpha: float | None = 3e-4
     synthetic_scale: float = 1.0
+    generator_targets: str = "bootstrap"
     dtype: str = "float64"
     seed: int = 0
 
@@ -87,6 +93,7 @@ class RnnConfig:
         check_settings(self, {
             "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
                                             example="0.1"),
+            "generator_targets": check_choice(self.generator_targets, "generator_targets", GENERATOR_TARGETS),
             "steps": check_integer(self.steps, "steps"),
             "hidden": check_integer(self.hidden, "hidden"),
             "bits": check_integer(self.bits, "bits"),
@@ -165,7 +172,8 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
         x, y, mask = draw_batch(task, history["curriculum"]["length"], config, rng)
         loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
                                 generator=generator, generator_alpha=config.generator_alpha, mask=mask,
-                                synthetic_scale=config.synthetic_scale)
+                                synthetic_scale=config.synthetic_scale,
+                                true_targets=generator is not None and config.generator_targets == "true")
         return loss
 
     def evaluate(step, losses, history):
