@@ -25,7 +25,7 @@ from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperCo
 from .experiments.mnist import results_table as paper_table
 from .experiments.parallel import ENGINES, check_runs, compare_parallel
 from .experiments.parallel import results_table as parallel_table
-from .experiments.rnn import DEFAULT_WINDOWS, GENERATOR_TARGETS, RNN_METHODS, TASKS, RnnConfig
+from .experiments.rnn import DEFAULT_WINDOWS, RNN_METHODS, TASKS, RnnConfig
 from .experiments.rnn import results_table as rnn_table
 from .experiments.rnn import run_grid as run_rnn_grid
 from .nonlinearities import NONLINEARITIES
@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="LAMBDA",
                      help="DNI: the weight λ in (0, 1] of the synthetic gradient where it enters a window's "
                           f"backward, a discount per window (default {RNN_DEFAULTS.synthetic_scale:g})")
-    rnn.add_argument("--targets", default=RNN_DEFAULTS.generator_targets, choices=GENERATOR_TARGETS,
+    rnn.add_argument("--targets", default=RNN_DEFAULTS.generator_targets, choices=TARGETS,
                      help="what the DNI generator regresses onto: 'bootstrap' (the method, default) or 'true' (a "
                           "teaching option: the untruncated gradient of the rest of the sequence)")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,

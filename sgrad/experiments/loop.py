@@ -52,6 +52,8 @@ from ..validation import check_batch, check_bool, check_choice, check_fits_dtype
 DTYPES = ("float32", "float64")
 # The methods whose hidden layers learn from generators rather than from the true gradient.
 DECOUPLED = ("dni", "cdni", "synthetic-loss")
+# What a generator regresses onto: bootstrapped targets (the method) or the true gradient (a teaching option).
+TARGETS = ("bootstrap", "true")
 CHECKPOINT_FOLDER = "checkpoints"
 # The most memory that a network's parameters, their gradients and its update rule's state may take.  The
 # largest net the README trains (cDNI at depth 6 with 1024-1024 batch-norm generators, float32, Adam: 8.4

@@ -43,13 +43,12 @@ from ..losses import bce_with_logits
 from ..recurrent import LSTM
 from ..steps import tbptt_step
 from ..validation import check_choice, check_integer, check_number
-from .loop import atomic_write_text, check_methods, check_out_dir, check_settings, checkpoint_path, run_and_report, \
-    train_loop
+from .loop import TARGETS, atomic_write_text, check_methods, check_out_dir, check_settings, checkpoint_path, \
+    run_and_report, train_loop
 
 TASKS = ("copy", "repeat-copy")
 RNN_METHODS = ("bptt", "dni")
 DEFAULT_WINDOWS = (2, 3, 4, 5, 8)
-GENERATOR_TARGETS = ("bootstrap", "true")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +92,7 @@ class RnnConfig:
         check_settings(self, {
             "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
                                             example="0.1"),
-            "generator_targets": check_choice(self.generator_targets, "generator_targets", GENERATOR_TARGETS),
+            "generator_targets": check_choice(self.generator_targets, "generator_targets", TARGETS),
             "steps": check_integer(self.steps, "steps"),
             "hidden": check_integer(self.hidden, "hidden"),
             "bits": check_integer(self.bits, "bits"),
