@@ -301,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     rnn.add_argument("--targets", default=RNN_DEFAULTS.generator_targets, choices=TARGETS,
                      help="what the DNI generator regresses onto: 'bootstrap' (the method, default) or 'true' (a "
                           "teaching option: the untruncated gradient of the rest of the sequence)")
+    rnn.add_argument("--target-windows", type=_int_at_least(1), default=RNN_DEFAULTS.target_windows, metavar="N",
+                     help="DNI: the windows a bootstrapped target spans: the loss of N windows backpropagated, "
+                          "then ĝ at their end (default 1, the method; N > 1 is a teaching option, as n-step "
+                          "returns in temporal-difference learning)")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     rnn.add_argument("--out", default="results/rnn", help="output and cache folder (default results/rnn)")
@@ -415,7 +419,7 @@ def _rnn(args: argparse.Namespace) -> str:
     config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
                        synthetic_scale=args.synthetic_scale, generator_targets=args.targets,
-                       eval_every=args.eval_every)
+                       target_windows=args.target_windows, eval_every=args.eval_every)
     results = run_rnn_grid(tasks=args.tasks, methods=args.methods, windows=args.windows, seeds=args.seeds,
                            config=config, out_dir=args.out, progress=None if args.quiet else print_progress,
                            checkpoint_every=args.checkpoint_every or None)

@@ -128,7 +128,8 @@ def true_gradients(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn:
 def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: Callable[..., tuple[Any, np.ndarray]],
                alpha: float, *, window: int, state: np.ndarray | None = None, generator: Any = None,
                generator_alpha: float | None = None, mask: np.ndarray | None = None, sequence_ends: bool = True,
-               true_targets: bool = False, synthetic_scale: float = 1.0) -> tuple[float, np.ndarray, list[float]]:
+               true_targets: bool = False, synthetic_scale: float = 1.0,
+               target_windows: int = 1) -> tuple[float, np.ndarray, list[float]]:
     """Truncated BPTT over a batch of sequences, with a synthetic gradient at each window's end if a generator is given.
 
     core: a recurrent layer (:class:`~sgrad.recurrent.RNN`, :class:`~sgrad.recurrent.LSTM`);
@@ -156,6 +157,11 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: C
        carried over from a previous call is a boundary.  ``true_targets=True`` (a teaching option)
        regresses M(s_k) onto the true dL/ds_k instead: the loss of every step from s_k to the end of x,
        backpropagated without truncation (computed on a copy of the core and the readout).
+       ``target_windows=n`` > 1 (a teaching option too) regresses M(s_k) onto an n-step target, as
+       n-step returns do in temporal-difference learning: the loss of the n windows from s_k on plus
+       λ ĝ_{k+n} = λ M(s_{k+n}) at their end (nothing where the sequence ends), backpropagated to s_k on
+       copies.  n = 1 is δ_k; an n that reaches the sequence's end gives the true targets.  The core
+       still learns from its window and λ ĝ_{k+1} alone; only M's targets look further.
 
     The loss is ``L = (1/batch) * sum over sequences and steps of mask * ℓ(prediction_t, y_t)``, with ℓ
     the loss of one step and ``mask`` (batch, time) weights (default ones; e.g. zero where a step's
@@ -179,6 +185,13 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: C
     scale = validation.check_number(synthetic_scale, "synthetic_scale", above=0, at_most=1, example="0.1")
     if validation.check_bool(true_targets, "true_targets") and generator is None:
         raise ValueError("true_targets=True trains a generator, but none was given; pass generator=...")
+    target_windows = validation.check_integer(target_windows, "target_windows (the windows an n-step target spans)")
+    if target_windows > 1 and generator is None:
+        raise ValueError(f"target_windows={target_windows} sets a generator's targets, but none was given; "
+                         "pass generator=...")
+    if target_windows > 1 and true_targets:
+        raise ValueError(f"true_targets=True backpropagates through every later step already; target_windows="
+                         f"{target_windows} asks for an n-step target instead: give one of the two")
     weights = np.ones((batch, time), dtype=x.dtype) if mask is None else mask.astype(x.dtype)
     total, generator_losses = 0.0, []
     for begin in range(0, time, window):
@@ -189,8 +202,11 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: C
         cut_off = generator is None or (end == time and sequence_ends)
         g_hat = None if cut_off else scale * generator.predict(s_next)                          # 2. λ ĝ_{k+1}
         _, delta = core.backward(d_outputs, g_hat, input_delta=False)                           # 3. δ_k
-        if true_targets and at_boundary:
-            delta = _true_state_gradient(core, readout, x[:, begin:], y[:, begin:], weights[:, begin:], loss_fn, s)
+        if at_boundary and (true_targets or target_windows > 1):                                  # 5.'s targets
+            far = time if true_targets else min(begin + target_windows * window, time)
+            ahead = None if true_targets or (far == time and sequence_ends) else generator
+            delta = _state_gradient(core, readout, x[:, begin:far], y[:, begin:far], weights[:, begin:far], loss_fn,
+                                    s, ahead, scale)
         core.update(alpha)                                                                      # 4.
         readout.update(alpha)
         if generator is not None and at_boundary:                                               # 5.
@@ -210,12 +226,14 @@ def _window_loss(readout, outputs, y, weights, loss_fn, batch):
     return float(per_row @ row_weights), d_rows.reshape(outputs.shape)
 
 
-def _true_state_gradient(core, readout, x, y, weights, loss_fn, state):
-    """dL/d(state) of the loss over all of x from ``state`` on, untruncated; on copies, so nothing changes."""
+def _state_gradient(core, readout, x, y, weights, loss_fn, state, generator, scale):
+    """dL/d(state) of the loss over all of x from ``state`` on, untruncated, plus ``scale`` times the generator's
+    ĝ at x's end (none if ``generator`` is None); on copies, so nothing changes."""
     core, readout = copy.deepcopy((core, readout))
-    outputs, _ = core.forward(x, state)
+    outputs, last_state = core.forward(x, state)
     _, d_outputs = _window_loss(readout, outputs, y, weights, loss_fn, x.shape[0])
-    return core.backward(d_outputs, None, input_delta=False)[1]
+    g_hat = None if generator is None else scale * generator.predict(last_state)
+    return core.backward(d_outputs, g_hat, input_delta=False)[1]
 
 
 def _check_tbptt(core, readout, x, y, loss_fn, window, state, mask):

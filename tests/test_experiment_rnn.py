@@ -58,6 +58,10 @@ def test_bad_settings_are_refused_with_what_came():
         RnnConfig(synthetic_scale=0)
     with pytest.raises(ValueError, match="unknown generator_targets 'exact'; choose one of 'bootstrap', 'true'"):
         RnnConfig(generator_targets="exact")
+    with pytest.raises(ValueError, match="target_windows must be at least 1; got 0"):
+        RnnConfig(target_windows=0)
+    with pytest.raises(ValueError, match="target_windows=2 asks for n-step bootstrapped targets instead"):
+        RnnConfig(generator_targets="true", target_windows=2)
     with pytest.raises(ValueError, match="unknown task .addition.; choose one of .copy., .repeat-copy."):
         train_cell("addition", "dni", 2, TINY)
     with pytest.raises(ValueError, match="methods must be a non-empty list drawn from bptt, dni; got \\['dni-aux'\\]"):
@@ -130,6 +134,9 @@ def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path
     (["--lr", "-1"], "argument --lr"),
     (["--targets", "exact"], "argument --targets: invalid choice: 'exact' (choose from"),
     (["--synthetic-scale", "2"], "argument --synthetic-scale: must be a finite number in (0, 1], e.g. 0.1; got 2.0"),
+    (["--target-windows", "0"], "argument --target-windows: must be at least 1; got 0"),
+    (["--targets", "true", "--target-windows", "2"], "generator_targets='true' backpropagates through every later "
+                                                     "step already; target_windows=2 asks for n-step"),
 ])
 def test_a_bad_argument_exits_2_with_one_line_saying_what_came(tmp_path, args, message):
     result = run_sgrad(tmp_path, *args)
@@ -159,15 +166,17 @@ def test_at_t2_dni_reaches_a_longer_copy_length_than_truncated_bptt():
     assert bptt["solved"] == 1, bptt["solved_at"]
 
 
-def test_a_generator_fed_the_untruncated_gradient_carries_the_core_sooner_than_a_bootstrapped_one():
-    """``generator_targets='true'`` (``sgrad rnn --targets true``): M regresses onto the rest of the sequence's gradient.
+def test_generator_targets_that_look_further_carry_the_core_sooner_than_one_windows_bootstrapped_ones():
+    """``generator_targets='true'`` (``sgrad rnn --targets true``): M regresses onto the rest of the sequence's gradient;
+    ``target_windows=2`` (``--target-windows 2``): onto two windows' loss and its own ĝ after them.
 
-    Measured at T = 2, seed 0, on the default net: with true targets DNI solved N = 2 at step 2,050; bootstrapped,
-    at step 3,550 (README, "Recurrent DNI").  At 3,000 steps the first has solved it and the second not yet.  About
-    30 s.
+    Measured at T = 2, seed 0, on the default net: with true targets and with two-window targets DNI solved N = 2 at
+    step 2,050; with the method's one-window bootstrapped targets at step 3,550 (README, "Recurrent DNI").  At 3,000
+    steps the first two have solved it and the third not yet.  About 35 s.
     """
     config = RnnConfig(steps=3000, seed=0)
-    true, bootstrapped = (train_cell("copy", "dni", 2, dataclasses.replace(config, generator_targets=targets))
-                          for targets in ("true", "bootstrap"))
+    true, two_windows, bootstrapped = (train_cell("copy", "dni", 2, dataclasses.replace(config, **options))
+                                       for options in ({"generator_targets": "true"}, {"target_windows": 2}, {}))
     assert true["solved"] == 2 and true["solved_at"][-1] <= 2500, true["solved_at"]
+    assert two_windows["solved"] == 2 and two_windows["solved_at"][-1] <= 2500, two_windows["solved_at"]
     assert bootstrapped["solved"] == 1, bootstrapped["solved_at"]

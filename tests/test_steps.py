@@ -456,6 +456,46 @@ def test_true_targets_regress_the_generator_onto_the_untruncated_gradient_at_eac
         np.testing.assert_allclose(target, exact, rtol=1e-12, atol=1e-14, err_msg=f"step {t}")
 
 
+@pytest.mark.parametrize("sequence_ends", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 0.5], ids=["ĝ as it is", "ĝ weighted by 0.5"])
+@pytest.mark.parametrize("cls", [RNN, LSTM])
+def test_n_step_targets_backpropagate_n_windows_of_loss_then_the_generators_own_prediction(cls, scale,
+                                                                                        sequence_ends):
+    """target_windows=2, T = 2 over 7 steps: M's target at s_2 is the loss of steps 3 to 6 and λ M(s_6)
+    backpropagated to s_2; at s_4 and s_6 the two windows reach the sequence's end, so M(s_7) only if it goes on."""
+    core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
+    generator = RecordingGenerator(core.state_dim, init="blog", seed=5, update_rule=SumOfGradients())
+    tbptt_step(core, readout, x, y, mse, 0.1, window=2, generator=generator, mask=mask, synthetic_scale=scale,
+               sequence_ends=sequence_ends, target_windows=2)
+    assert len(generator.targets) == 3
+    for t, target in zip((2, 4, 6), generator.targets):
+        far = min(t + 4, 7)
+        hand_core, hand_readout = copy.deepcopy((core, readout))
+        outputs, last_state = hand_core.forward(x[:, t:far], core.predict(x[:, :t])[1])
+        _, d = mse(hand_readout.forward(outputs.reshape(-1, 3)), y[:, t:far].reshape(-1, 2), reduction="none")
+        d_outputs = hand_readout.backward(d * mask[:, t:far].reshape(-1, 1) / 3).reshape(outputs.shape)
+        g_far = None if far == 7 and sequence_ends else scale * generator.predict(last_state)
+        expected = hand_core.backward(d_outputs, g_far)[1]
+        np.testing.assert_allclose(target, expected, rtol=1e-12, atol=1e-14, err_msg=f"step {t}")
+    if not sequence_ends:  # with 1 window, the target at s_2 would take M's ĝ at s_4: 2 windows differ from it
+        one_window = RecordingGenerator(core.state_dim, init="blog", seed=5, update_rule=SumOfGradients())
+        tbptt_step(core, readout, x, y, mse, 0.1, window=2, generator=one_window, mask=mask, synthetic_scale=scale,
+                   sequence_ends=False)
+        assert np.abs(one_window.targets[0] - generator.targets[0]).max() > 1e-3
+
+
+@pytest.mark.parametrize("cls", [RNN, LSTM])
+def test_n_step_targets_that_reach_the_sequences_end_are_the_true_targets(cls):
+    targets = {}
+    for name, options in {"true": {"true_targets": True}, "4 windows": {"target_windows": 4}}.items():
+        core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
+        generator = RecordingGenerator(core.state_dim, init="blog", seed=5)
+        tbptt_step(core, readout, x, y, mse, 0.1, window=2, generator=generator, mask=mask, **options)
+        targets[name] = generator.targets
+    for true, n_step in zip(targets["true"], targets["4 windows"], strict=True):
+        np.testing.assert_allclose(n_step, true, rtol=1e-12, atol=1e-15)
+
+
 def test_tbptt_step_with_the_same_seed_gives_the_same_numbers():
     def run():
         core, readout, x, y, mask = _sequence_task(LSTM, seed=3, update_rule="adam")
@@ -510,6 +550,12 @@ BAD_TBPTT = {
                                  r"the readout must take the core's hidden_dim, 3"),
     "learning rate 0": ({"alpha": 0}, ValueError, r"alpha \(a learning rate\)"),
     "true targets without a generator": ({"generator": None, "true_targets": True}, ValueError, r"none was given"),
+    "n-step targets without a generator": ({"generator": None, "target_windows": 2}, ValueError,
+                                           r"target_windows=2 sets a generator's targets, but none was given"),
+    "n-step and true targets": ({"target_windows": 2, "true_targets": True}, ValueError,
+                                r"true_targets=True backpropagates through every later step already"),
+    "target windows 0": ({"target_windows": 0}, ValueError, r"target_windows .* must be at least 1; got 0"),
+    "target windows as text": ({"target_windows": "2"}, TypeError, r"target_windows .* must be an integer"),
     "synthetic scale 0": ({"synthetic_scale": 0}, ValueError,
                           r"synthetic_scale must be a finite number in \(0, 1\], e.g. 0.1; got 0.0"),
     "synthetic scale above 1": ({"synthetic_scale": 1.5}, ValueError, r"synthetic_scale .* got 1.5"),

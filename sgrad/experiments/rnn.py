@@ -69,6 +69,10 @@ class RnnConfig:
         'true' (a teaching option: the untruncated gradient of the rest of the sequence at each boundary,
         ``tbptt_step(..., true_targets=True)``; it backpropagates through every later step, so it shows how far
         a generator fed the future's exact gradient would carry the core, not a method that saves anything).
+    target_windows : n, the windows a DNI generator's bootstrapped target spans (``tbptt_step(...,
+        target_windows=n)``): 1 (the default) is the method; n > 1 (a teaching option between 'bootstrap' and
+        'true') backpropagates the loss of n windows, then bootstraps with ĝ at their end, as n-step returns do
+        in temporal-difference learning.  Only with generator_targets='bootstrap'.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for every method) and the sequences drawn.
     """
@@ -85,6 +89,7 @@ class RnnConfig:
     generator_alpha: float | None = 3e-4
     synthetic_scale: float = 1.0
     generator_targets: str = "bootstrap"
+    target_windows: int = 1
     dtype: str = "float64"
     seed: int = 0
 
@@ -93,6 +98,7 @@ class RnnConfig:
             "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
                                             example="0.1"),
             "generator_targets": check_choice(self.generator_targets, "generator_targets", TARGETS),
+            "target_windows": check_integer(self.target_windows, "target_windows"),
             "steps": check_integer(self.steps, "steps"),
             "hidden": check_integer(self.hidden, "hidden"),
             "bits": check_integer(self.bits, "bits"),
@@ -100,6 +106,10 @@ class RnnConfig:
             "threshold": check_number(self.threshold, "threshold", above=0, example="0.15"),
             "eval_every": check_integer(self.eval_every, "eval_every"),
         })
+        if self.generator_targets == "true" and self.target_windows != 1:
+            raise ValueError(f"generator_targets='true' backpropagates through every later step already; "
+                             f"target_windows={self.target_windows} asks for n-step bootstrapped targets instead: "
+                             "give one of the two")
 
 
 def sizes(task: str, config: RnnConfig) -> tuple[int, int]:
@@ -172,7 +182,8 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
         loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
                                 generator=generator, generator_alpha=config.generator_alpha, mask=mask,
                                 synthetic_scale=config.synthetic_scale,
-                                true_targets=generator is not None and config.generator_targets == "true")
+                                true_targets=generator is not None and config.generator_targets == "true",
+                                target_windows=config.target_windows if generator is not None else 1)
         return loss
 
     def evaluate(step, losses, history):
