@@ -202,8 +202,8 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: C
         cut_off = generator is None or (end == time and sequence_ends)
         g_hat = None if cut_off else scale * generator.predict(s_next)                          # 2. λ ĝ_{k+1}
         _, delta = core.backward(d_outputs, g_hat, input_delta=False)                           # 3. δ_k
-        if at_boundary and (true_targets or target_windows > 1):                                # 5.'s targets
-            far = time if true_targets else min(begin + target_windows * window, time)
+        far = time if true_targets else min(begin + target_windows * window, time)  # where M's target looks to
+        if at_boundary and (true_targets or far > end):  # n windows that end where this one does: δ_k already
             ahead = None if true_targets or (far == time and sequence_ends) else generator
             delta = _state_gradient(core, readout, x[:, begin:far], y[:, begin:far], weights[:, begin:far], loss_fn,
                                     s, ahead, scale)

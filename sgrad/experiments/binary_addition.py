@@ -28,8 +28,8 @@ from ..losses import bce_with_logits, mse
 from ..nonlinearities import NONLINEARITIES
 from ..steps import forward_all, predict, true_gradients
 from ..validation import check_batch, check_choice, check_integer, check_widths
-from .loop import (DECOUPLED, TARGETS, atomic_write_text, check_batch_fits, check_methods, check_network_size, check_out_dir,
-                   check_settings, check_split, checkpoint_path, run_and_report, take_step, train_loop)
+from .loop import (DECOUPLED, TARGETS, atomic_write_text, check_batch_fits, check_methods, check_network_size,
+                   check_out_dir, check_settings, check_split, checkpoint_path, run_and_report, take_step, train_loop)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
