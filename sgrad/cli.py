@@ -5,6 +5,7 @@
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
 ``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.grading`).
+``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
 line and exit status 130; the checkpoints make a rerun carry on.
