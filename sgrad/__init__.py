@@ -14,7 +14,7 @@ import importlib
 from typing import Any
 
 from . import provenance  # first: it notes the source files as they are when sgrad is imported
-from . import blackbox, checkpoint, checks
+from . import blackbox, checkpoint, course
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential, dense_block
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -42,7 +42,7 @@ __all__ = [
     "SGD", "Momentum", "Adam", "UpdateRule",
     "METHODS", "TrainConfig", "TrainingDiverged", "train", "compare", "results_table",
     "checkpoint", "save_checkpoint", "load_checkpoint", "CheckpointError",
-    "blackbox", "checks", "provenance", "__version__",
+    "blackbox", "course", "provenance", "__version__",
 ]
 
 

@@ -4,7 +4,7 @@
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
-``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.grading`).
+``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.course.grader`).
 ``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
@@ -19,8 +19,8 @@ from typing import NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
+from .course import grader
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
-from . import grading
 from .experiments.files import CHECKPOINT_FOLDER, check_out_dir
 from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
 from .experiments.mnist import results_table as paper_table
@@ -313,9 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     _add_output(rnn, "rnn", unit="cell", steps="steps", every=1000)
 
-    grading.add_arguments(commands.add_parser(
+    grader.add_arguments(commands.add_parser(
         "grade", help="run a student's homework notebook and check each exercise",
-        description=grading.DESCRIPTION))
+        description=grader.DESCRIPTION))
     return parser
 
 
@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "grade":
-            return grading.run(args, prog="sgrad grade")
+            return grader.run(args)
         command = {"compare": _compare, "paper": _paper, "parallel": _parallel, "rnn": _rnn}[args.command]
         check_out_dir(args.out, "--out")
         table = command(args)

@@ -22,12 +22,14 @@ LAYERS = [
     ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
-    ["steps", "divergence", "batches", "evaluation", "checkpoint", "checks", "blackbox", "__init__"],
+    ["steps", "divergence", "batches", "evaluation", "checkpoint", "course", "course.checkers", "course.solutions",
+     "blackbox", "__init__"],
     ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells",
      "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments", "experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn",
-     "experiments.parallel", "experiments.rnn", "experiments.char_lm", "experiments.lstm_model", "plotting", "grading"],
+     "experiments.parallel", "experiments.rnn", "experiments.char_lm", "experiments.lstm_model", "plotting",
+     "course.grader"],
     ["cli", "__main__"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}
