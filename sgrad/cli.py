@@ -14,6 +14,7 @@ line and exit status 130; the checkpoints make a rerun carry on.
 import argparse
 import pathlib
 import sys
+import time
 from collections.abc import Sequence
 from typing import NoReturn
 
@@ -45,12 +46,13 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
                "sgrad grade checks a student's homework notebook.")
 RNN_DEFAULTS = RnnConfig()
-WRITES = {  # what each command writes into its --out folder
-    "compare": "history.json, compare.png and results.md",
-    "paper": "results.md, paper.png and histories.json",
-    "parallel": "results.md, timeline.png, accuracy_time.png and histories.json",
-    "rnn": "results.md, copy_length.png, curriculum.png and histories.json",
+FILES = {  # what each command writes into its --out folder
+    "compare": ("history.json", "compare.png", "results.md"),
+    "paper": ("results.md", "paper.png", "histories.json"),
+    "parallel": ("results.md", "timeline.png", "accuracy_time.png", "histories.json"),
+    "rnn": ("results.md", "copy_length.png", "curriculum.png", "histories.json"),
 }
+WRITES = {command: f"{', '.join(names[:-1])} and {names[-1]}" for command, names in FILES.items()}
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 
 
@@ -326,6 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "grade":
             return grader.run(args)
         command = {"compare": _compare, "paper": _paper, "parallel": _parallel, "rnn": _rnn}[args.command]
+        started = time.time()
         check_out_dir(args.out, "--out")
         table = command(args)
     except (ValueError, TypeError, OSError) as error:
@@ -335,8 +338,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         parser.exit(INTERRUPTED, f"sgrad {args.command}: interrupted; {_after_interrupt(args)}\n")
     print(table)
-    print(f"wrote {args.out}/{WRITES[args.command]}", file=sys.stderr)
+    written = [name for name in FILES[args.command] if _written_since(pathlib.Path(args.out, name), started)]
+    if written:
+        print(f"wrote {args.out}/{', '.join(written[:-1])}{' and ' if len(written) > 1 else ''}{written[-1]}",
+              file=sys.stderr)
     return 0
+
+
+def _written_since(path: pathlib.Path, started: float) -> bool:
+    """Whether ``path`` was written after ``started`` (``time.time()``): what a command says it wrote, it wrote."""
+    try:
+        return path.stat().st_mtime >= started - 0.05  # a file's time may lag the clock by a tick
+    except FileNotFoundError:
+        return False
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:

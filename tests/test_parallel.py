@@ -222,6 +222,22 @@ def test_a_resumed_run_ends_where_an_unbroken_run_with_the_same_checkpoints_ends
     assert resumed_history.history["test_accuracy"] == history.history["test_accuracy"]
 
 
+def test_a_resumed_run_keeps_the_timeline_and_the_late_targets_of_the_steps_before_its_checkpoint(data, tmp_path):
+    options = dict(workers=3, run={"test": "diagnostics"}, checkpoint_every=4, timeline_steps=(3, 10))
+    _, unbroken = parallel("dni", data, checkpoint=tmp_path / "unbroken.npz", **options)
+    parallel("dni", data, config=dataclasses.replace(CONFIG, iterations=8), checkpoint=tmp_path / "broken.npz",
+             **options)
+    _, resumed = parallel("dni", data, checkpoint=tmp_path / "broken.npz", **options)
+
+    def steps(result):
+        return sorted((e.worker, e.kind, e.step) for e in result.timeline)
+
+    assert {step for _, _, step in steps(unbroken)} == set(range(3, 11))
+    assert steps(resumed) == steps(unbroken)
+    assert unbroken.stale_targets == {0: 3 * CONFIG.iterations}  # a target per generator and step, all on time
+    assert resumed.stale_targets == unbroken.stale_targets
+
+
 def test_the_checkpoint_holds_every_workers_arrays_as_train_paper_names_them(data, tmp_path):
     layers, _ = parallel("cdni", data, workers=3, run={"test": 1}, checkpoint=tmp_path / "c.npz")
     saved = load_checkpoint(tmp_path / "c.npz")

@@ -95,6 +95,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
     history: dict[str, Any] = {"schedule": schedule, "workers": workers, "iteration": [], "test_accuracy": [],
                                "train_loss": [], "evaluation_time": [], "wall_time": 0.0}
     order, position, losses = np.arange(0), 0, []
+    before = Diagnostics()  # what the sessions before this one recorded, up to the checkpoint it resumes from
 
     def say(line):
         if progress is not None:
@@ -106,14 +107,14 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
         history, order = saved.metadata["history"], saved.extra["order"]
         position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
         plan = dataclasses.replace(plan, start=saved.metadata["step"])
+        before = Diagnostics.from_json(saved.metadata["loop"], timeline_steps)
         say(f"resumed from {checkpoint} at iteration {plan.start} of {plan.steps}")
     start = session_start - history["wall_time"]
     stages = split_layers(len(layers), workers)
     team = _workers(layers, stages, plan, data, BatchOrder(len(x_train), batch_size, rng, order, position), losses)
 
     engine = LocalEngine() if engine is None else engine
-    events: list[Event] = []
-    stale: dict[int, int] = {}
+    this_session: list[tuple[list[Event], dict[int, int]]] = []  # every worker's timeline and late targets
     states: dict[int, dict[int, tuple]] = {}  # step -> {worker: (arrays, loop state)}
     done = 0
     try:
@@ -136,11 +137,9 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                 step, arrays, loop = report.payload
                 states.setdefault(step, {})[report.worker] = (arrays, loop)
                 if len(states[step]) == workers:
-                    _gather(layers, stages, states.pop(step), rng, history, start, step, run, checkpoint)
+                    _gather(layers, stages, states.pop(step), rng, history, start, step, run, checkpoint, before)
             elif report.kind == "timeline":
-                events += report.payload[0]
-                for lateness, count in report.payload[1].items():
-                    stale[lateness] = stale.get(lateness, 0) + count
+                this_session.append(report.payload)
             elif report.kind == "error":
                 error = report.payload
                 if error["type"] == "FloatingPointError":
@@ -153,7 +152,35 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
     finally:
         engine.stop()
     history["wall_time"] = time.time() - start
-    return ParallelRun(history, sorted(events, key=lambda e: (e.worker, e.start)), dict(sorted(stale.items())))
+    diagnostics = before.plus(this_session)
+    return ParallelRun(history, diagnostics.events, diagnostics.stale_targets)
+
+
+@dataclasses.dataclass
+class Diagnostics:
+    """A run's timeline events and its count of late generator targets, summed over the sessions that made it."""
+
+    events: list[Event] = dataclasses.field(default_factory=list)
+    stale_targets: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def plus(self, workers: Sequence[tuple[list[Event], dict[int, int]]]) -> "Diagnostics":
+        """These and what ``workers`` recorded (each worker's ``(events, late targets)``), in one sorted record."""
+        events, stale = list(self.events), dict(self.stale_targets)
+        for worker_events, worker_stale in workers:
+            events += worker_events
+            for lateness, count in worker_stale.items():
+                stale[lateness] = stale.get(lateness, 0) + count
+        return Diagnostics(sorted(events, key=lambda e: (e.worker, e.start)), dict(sorted(stale.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timeline": [e._asdict() for e in self.events], "stale_targets": self.stale_targets}
+
+    @classmethod
+    def from_json(cls, loop: dict[str, Any], timeline_steps: tuple[int, int]) -> "Diagnostics":
+        """What a checkpoint's loop state kept, with only the events of the steps this run records."""
+        first, last = timeline_steps
+        events = [Event(**e) for e in loop["timeline"] if first <= e["step"] <= last]
+        return cls(events, {int(lateness): count for lateness, count in loop["stale_targets"].items()})
 
 
 def _workers(layers, stages, plan, data, batches, losses):
@@ -168,16 +195,22 @@ def _workers(layers, stages, plan, data, batches, losses):
             for k, stage in enumerate(stages)]
 
 
-def _gather(layers, stages, states, rng, history, start, step, run, checkpoint):
-    """Copy every worker's reported arrays into ``layers``; write the checkpoint if there is one."""
+def _gather(layers, stages, states, rng, history, start, step, run, checkpoint, before):
+    """Copy every worker's reported arrays into ``layers``; write the checkpoint if there is one.
+
+    The checkpoint also keeps the diagnostics up to ``step``: ``before`` (the sessions before this one)
+    and what every worker has recorded in this one.
+    """
     for k, stage in enumerate(stages):
         load_network_state(layers[stage.start:stage.stop], states[k][0])
     bottom, top = states[0][1], states[len(stages) - 1][1]
     rng.bit_generator.state = bottom["rng"]
     if checkpoint is not None:
         history["wall_time"] = time.time() - start
+        diagnostics = before.plus([(loop["timeline"], loop["stale_targets"]) for _, loop in states.values()])
         save_run(checkpoint, layers, run, step=step, rng=rng, history=history,
-                 loop={"position": bottom["position"], "losses": top["losses"]}, extra={"order": bottom["order"]})
+                 loop={"position": bottom["position"], "losses": top["losses"], **diagnostics.to_json()},
+                 extra={"order": bottom["order"]})
 
 
 def _check_data(x_train, y_train, x_test, y_test, layers, batch_size):
