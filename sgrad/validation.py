@@ -20,7 +20,7 @@ from data_gen.checks import Seed, check_bool, check_integer, make_rng
 
 __all__ = ["Seed", "check_array_type", "check_batch", "check_bool", "check_choice", "check_condition", "check_feature_maps",
            "check_fits_dtype", "check_float_dtype", "check_integer", "check_learning_rate", "check_number",
-           "check_same_shape", "check_widths", "make_rng"]
+           "check_record", "check_same_shape", "check_widths", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 
@@ -223,3 +223,53 @@ def check_condition(condition: Any, condition_dim: int, batch: int, owner: str) 
     if condition.shape[0] != batch:
         raise ValueError(f"condition must have one row per example: the input has {batch} rows, "
                          f"the condition has {condition.shape[0]}")
+
+
+# ---------------------------------------------------------------- records read back from JSON
+
+_NUMBERS = object()  # what an empty list of a template may hold: numbers, None, or lists of them
+
+
+def check_record(value: Any, template: Any, name: str) -> None:
+    """Check that ``value``, read back from JSON, has the shape of ``template`` (what a fresh record holds).
+
+    A dict holds at least the template's keys (more are allowed), each value shaped like the
+    template's; a list holds elements shaped like the template's first one, or, if the template's
+    list is empty, numbers, None or lists of them (e.g. a curriculum's (step, N, error) triples);
+    a number is a number (int or float, not a bool), a string a string, a bool a bool; the
+    template's None takes anything.  Raises ValueError naming where, e.g.
+    ``"history['curriculum']['length'] must be a number; got 'x' (str)"``.
+    """
+    def fail(what):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ValueError(f"{name} must be {what}; got {shown} ({type(value).__name__})")
+
+    if template is None:
+        return
+    if isinstance(template, dict):
+        if not isinstance(value, dict):
+            fail("a JSON object")
+        missing = [key for key in template if key not in value]
+        if missing:
+            raise ValueError(f"{name} has no {missing[0]!r}")
+        for key, inner in template.items():
+            check_record(value[key], inner, f"{name}[{key!r}]")
+    elif isinstance(template, list):
+        if not isinstance(value, list):
+            fail("a list")
+        for k, element in enumerate(value):
+            check_record(element, template[0] if template else _NUMBERS, f"{name}[{k}]")
+    elif template is _NUMBERS:
+        if isinstance(value, list):
+            for k, element in enumerate(value):
+                check_record(element, _NUMBERS, f"{name}[{k}]")
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            fail("a number, null or a list of them")
+    elif isinstance(template, bool):
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif isinstance(template, numbers.Real):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            fail("a number")
+    elif isinstance(template, str) and not isinstance(value, str):
+        fail("a string")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import damage_checkpoint
 
 from sgrad.experiments import rnn
 from sgrad.experiments.rnn import RnnConfig, build_model, results_table, run_grid, train_cell
@@ -124,6 +125,19 @@ def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path
     second = run_sgrad(tmp_path, *TINY_ARGS, "--out", "out")
     assert second.returncode == 0 and second.stdout == first.stdout
     assert second.stderr.count("loaded from out") == 8 and "done in" not in second.stderr
+
+
+def test_a_checkpoint_whose_curriculum_is_damaged_is_refused_in_one_line_naming_it(tmp_path):
+    args = [*TINY_ARGS, "--windows", "2", "--tasks", "copy", "--methods", "bptt", "--checkpoint-every", "20"]
+    first = run_sgrad(tmp_path, *args, "--out", "out")
+    assert first.returncode == 0, first.stderr
+    checkpoint = tmp_path / "out" / "checkpoints" / "copy-bptt-T2-seed0.npz"
+    damage_checkpoint(checkpoint, lambda metadata, arrays: metadata["history"]["curriculum"].update(length=0))
+    again = run_sgrad(tmp_path, *[a if a != "40" else "60" for a in args], "--out", "out")
+    assert again.returncode == 2
+    assert again.stderr.splitlines()[-1].startswith(
+        "sgrad rnn: error: out/checkpoints/copy-bptt-T2-seed0.npz is damaged: its 'history' does not hold a state "
+        "this experiment can carry on from (length must be at least 1; got 0)"), again.stderr
 
 
 @pytest.mark.parametrize("args, message", [

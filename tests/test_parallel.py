@@ -8,8 +8,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import damage_checkpoint
 
-from sgrad.checkpoint import load_checkpoint, network_state
+from sgrad.checkpoint import CheckpointError, load_checkpoint, network_state
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
 from sgrad.parallel import SCHEDULE_NAMES, split_layers, train_parallel
 from sgrad.parallel.local import LocalEngine
@@ -236,6 +237,25 @@ def test_a_resumed_run_keeps_the_timeline_and_the_late_targets_of_the_steps_befo
     assert steps(resumed) == steps(unbroken)
     assert unbroken.stale_targets == {0: 3 * CONFIG.iterations}  # a target per generator and step, all on time
     assert resumed.stale_targets == unbroken.stale_targets
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda metadata, arrays: metadata["loop"].pop("timeline"), "its 'loop' has no 'timeline'"),
+    (lambda metadata, arrays: metadata["loop"]["timeline"].append({"worker": 0}), "has no 'kind'"),
+    (lambda metadata, arrays: metadata["loop"].update(stale_targets={"late": 3}), "its loop's 'stale_targets' must"),
+    (lambda metadata, arrays: metadata["loop"].update(stale_targets={"0": -3}), "its loop's 'stale_targets' must count"),
+    (lambda metadata, arrays: metadata["rng"].pop("has_uint32"), "its 'rng' is not the state of a PCG64 generator"),
+    (lambda metadata, arrays: metadata["loop"].pop("position"), "its 'loop' has no 'position'"),
+], ids=["no-timeline", "event", "stale-key", "stale-count", "rng", "position"])
+def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_field_before_any_worker_starts(data, tmp_path,
+                                                                                               change, message):
+    options = dict(workers=2, run={"test": "damage"}, checkpoint=tmp_path / "c.npz", timeline_steps=(1, 4))
+    parallel("dni", data, config=dataclasses.replace(CONFIG, iterations=4), **options)
+    damage_checkpoint(tmp_path / "c.npz", change)
+    with pytest.raises(CheckpointError) as info:
+        parallel("dni", data, **options)
+    assert str(info.value).startswith(f"{tmp_path / 'c.npz'} is damaged: "), str(info.value)
+    assert message in str(info.value)
 
 
 def test_the_checkpoint_holds_every_workers_arrays_as_train_paper_names_them(data, tmp_path):

@@ -199,7 +199,12 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
                     learning_rates(config, method == "dni"))
     return train_loop(model, train_step, evaluate, steps=config.steps, eval_every=config.eval_every,
                       batches=BatchOrder(1, 1, rng), history=history, names=names, run=run, checkpoint=checkpoint,
-                      checkpoint_every=checkpoint_every, progress=progress)
+                      checkpoint_every=checkpoint_every, check_history=_check_curriculum, progress=progress)
+
+
+def _check_curriculum(history):
+    """A resumed cell's curriculum must be one that :class:`~data_gen.copy_task.Curriculum` carries on from."""
+    Curriculum.from_state(history["curriculum"])
 
 
 def check_grid(tasks: Sequence[str], methods: Sequence[str], windows: Sequence[int], seeds: Sequence[int],

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..batches import BatchOrder
-from ..checkpoint import load_network_state, resume_run, save_run
+from ..checkpoint import damaged, load_network_state, resume_run, save_run
 from ..divergence import TrainingDiverged
-from ..validation import check_batch, check_choice, check_integer, check_learning_rate
+from ..validation import check_batch, check_choice, check_integer, check_learning_rate, check_record
 from .engines import Engine, describe, failure
 from .local import LocalEngine
 from .schedules import SCHEDULES
@@ -94,7 +94,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
     _check_data(x_train, y_train, x_test, y_test, layers, check_integer(batch_size, "batch_size"))
     history: dict[str, Any] = {"schedule": schedule, "workers": workers, "iteration": [], "test_accuracy": [],
                                "train_loss": [], "evaluation_time": [], "wall_time": 0.0}
-    order, position, losses = np.arange(0), 0, []
+    batches, losses = BatchOrder(len(x_train), batch_size, rng), []
     before = Diagnostics()  # what the sessions before this one recorded, up to the checkpoint it resumes from
 
     def say(line):
@@ -102,16 +102,16 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
             progress(f"{label} {line}")
 
     session_start = time.time()
-    saved = resume_run(checkpoint, layers, run or {}, budget=plan.steps, rng=rng, progress=say)
+    saved = resume_run(checkpoint, layers, run or {}, budget=plan.steps, batches=batches, history=history,
+                       progress=say)
     if saved is not None:
-        history, order = saved.metadata["history"], saved.extra["order"]
-        position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
+        history, losses = saved.metadata["history"], saved.metadata["loop"]["losses"]
         plan = dataclasses.replace(plan, start=saved.metadata["step"])
-        before = Diagnostics.from_json(saved.metadata["loop"], timeline_steps)
+        before = Diagnostics.from_json(saved.metadata["loop"], timeline_steps, checkpoint)
         say(f"resumed from {checkpoint} at iteration {plan.start} of {plan.steps}")
     start = session_start - history["wall_time"]
     stages = split_layers(len(layers), workers)
-    team = _workers(layers, stages, plan, data, BatchOrder(len(x_train), batch_size, rng, order, position), losses)
+    team = _workers(layers, stages, plan, data, batches, losses)
 
     engine = LocalEngine() if engine is None else engine
     this_session: list[tuple[list[Event], dict[int, int]]] = []  # every worker's timeline and late targets
@@ -176,11 +176,25 @@ class Diagnostics:
         return {"timeline": [e._asdict() for e in self.events], "stale_targets": self.stale_targets}
 
     @classmethod
-    def from_json(cls, loop: dict[str, Any], timeline_steps: tuple[int, int]) -> "Diagnostics":
-        """What a checkpoint's loop state kept, with only the events of the steps this run records."""
+    def from_json(cls, loop: dict[str, Any], timeline_steps: tuple[int, int], path: Any) -> "Diagnostics":
+        """What the loop state of the checkpoint at ``path`` kept, with only the events of the steps this run records.
+
+        Raises :class:`~sgrad.checkpoint.CheckpointError` naming the file and the field if they are not what
+        :func:`train_parallel` writes.
+        """
+        try:
+            check_record(loop, {"timeline": [Event(0, "", 0, 0.0, 0.0)._asdict()], "stale_targets": {}}, "its 'loop'")
+        except ValueError as error:
+            raise damaged(path, str(error)) from None
+        counts = loop["stale_targets"]
+        if not all(lateness.isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
+                   for lateness, count in counts.items()):
+            raise damaged(path, f"its loop's 'stale_targets' must count late targets (whole numbers >= 0) by their "
+                                f"lateness (a whole number >= 0); got {counts!r}")
+        stale = {int(lateness): count for lateness, count in counts.items()}
         first, last = timeline_steps
-        events = [Event(**e) for e in loop["timeline"] if first <= e["step"] <= last]
-        return cls(events, {int(lateness): count for lateness, count in loop["stale_targets"].items()})
+        events = [Event(*(e[field] for field in Event._fields)) for e in loop["timeline"] if first <= e["step"] <= last]
+        return cls(events, stale)
 
 
 def _workers(layers, stages, plan, data, batches, losses):
@@ -208,9 +222,8 @@ def _gather(layers, stages, states, rng, history, start, step, run, checkpoint, 
     if checkpoint is not None:
         history["wall_time"] = time.time() - start
         diagnostics = before.plus([(loop["timeline"], loop["stale_targets"]) for _, loop in states.values()])
-        save_run(checkpoint, layers, run, step=step, rng=rng, history=history,
-                 loop={"position": bottom["position"], "losses": top["losses"], **diagnostics.to_json()},
-                 extra={"order": bottom["order"]})
+        save_run(checkpoint, layers, run, step=step, batches=bottom, history=history,
+                 loop={"losses": top["losses"], **diagnostics.to_json()})
 
 
 def _check_data(x_train, y_train, x_test, y_test, layers, batch_size):
