@@ -250,6 +250,31 @@ def test_compare_function_returns_a_history_per_requested_method(tmp_path, monke
     assert list(tmp_path.iterdir()) == []  # out_dir=None writes nothing
 
 
+TINY_COMMANDS = {
+    "paper": ["--methods", "backprop", "--depths", "2", "--iterations", "4", "--eval-every", "2", "--batch-size", "8",
+              "--hidden", "16", "--no-verify", "--data", "mnist.npz"],
+    "parallel": ["--schedules", "backprop", "--workers", "1", "--iterations", "4", "--eval-every", "2", "--batch-size",
+                 "8", "--hidden", "16", "--generator-hidden", "8", "--no-verify", "--data", "mnist.npz"],
+    "rnn": ["--tasks", "copy", "--methods", "bptt", "--windows", "2", "--steps", "4", "--eval-every", "2", "--hidden",
+            "8", "--bits", "3", "--batch-size", "4"],
+}
+
+
+@pytest.mark.parametrize("command", TINY_COMMANDS)
+def test_a_truncated_cell_is_refused_in_one_line_naming_the_file_and_what_to_do(tmp_path, command):
+    tiny_mnist(tmp_path)
+    arguments = [str(SGRAD), command, *TINY_COMMANDS[command], "--out", "out"]
+    first = subprocess.run(arguments, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    [cell] = (tmp_path / "out" / "cells").iterdir()
+    cell.write_text(cell.read_text()[:100])
+    again = subprocess.run(arguments, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2
+    [line] = again.stderr.splitlines()
+    assert line.startswith(f"sgrad {command}: error: out/cells/{cell.name} is damaged: it is not JSON ("), line
+    assert line.endswith("; delete it to train the cell again")
+
+
 # --- help -------------------------------------------------------------------------------------
 
 

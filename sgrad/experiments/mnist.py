@@ -278,14 +278,19 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
 
     run = {"trainer": "sgrad.experiments.mnist.train_paper", "method": method, "data": fingerprint(*data),
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "iterations"}}
-    history = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
-               "wall_time": 0.0}
+    history = new_history(method, config)
     names = RunName(f"{method} (depth {config.depth})", f"[{method}, depth {config.depth}]",
                     learning_rates(config, method in DECOUPLED), unit="iteration")
     rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
     return train_loop(layers, train_step, evaluate, steps=config.iterations, eval_every=config.eval_every,
                       batches=BatchOrder(len(x_train), config.batch_size, rng), history=history, names=names, run=run,
                       checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
+
+
+def new_history(method: str, config: PaperConfig) -> dict[str, Any]:
+    """A fresh history of :func:`train_paper` (what a cell's history holds, at least)."""
+    return {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
+            "wall_time": 0.0}
 
 
 def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER_METHODS, depths: Sequence[int] = (3,),
@@ -320,7 +325,7 @@ def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER
         for method in methods:
             label, name = f"[{method}, depth {depth}]", _cell_name(method, cell_config)
             settings = {"method": method, "config": _relevant(method, dataclasses.asdict(cell_config)), "data": data_tag}
-            cached = cells.load(name, settings, label)
+            cached = cells.load(name, settings, label, {"history": new_history(method, cell_config)})
             if cached is not None:
                 results[(method, depth)] = cached["history"]
                 continue

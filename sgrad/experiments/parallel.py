@@ -31,11 +31,11 @@ import numpy as np
 from ..checkpoint import fingerprint
 from ..divergence import TrainingDiverged
 from ..parallel.local import LocalEngine
-from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, train_parallel
+from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, new_history, train_parallel
 from ..parallel.ray_engine import RayEngine, ray_session
 from ..parallel.timeline import Event
 from ..validation import check_integer, check_number
-from .cells import CellCache
+from .cells import CellCache, damaged
 from .files import atomic_write_text, checkpoint_path
 from .settings import check_methods
 from .mnist import PaperConfig, build_network, check_grid, summed_cross_entropy
@@ -138,11 +138,11 @@ def _every_run(data, schedules, workers, config, staleness, engine, out_dir, che
     for schedule in schedules:
         for count in workers:
             name = f"{schedule}-{count}"
-            cached = cells.load(name, settings, f"[{schedule}, {count} workers]")
+            cached = cells.load(name, settings, f"[{schedule}, {count} workers]", {
+                "history": new_history(schedule, count), "timeline": [Event(0, "", 0, 0.0, 0.0)._asdict()],
+                "stale_targets": {}})
             if cached is not None:
-                results[(schedule, count)] = ParallelRun(
-                    cached["history"], [Event(**e) for e in cached["timeline"]],
-                    {int(k): v for k, v in cached["stale_targets"].items()})
+                results[(schedule, count)] = _cached_run(cells.path(name), cached)
                 continue
             try:
                 results[(schedule, count)] = train_schedule(
@@ -158,6 +158,17 @@ def _every_run(data, schedules, workers, config, staleness, engine, out_dir, che
             cells.save(name, settings, history=run.history, timeline=[e._asdict() for e in run.timeline],
                        stale_targets=run.stale_targets)
     return results
+
+
+def _cached_run(path, record):
+    """The ParallelRun a cell file kept; its late-target counts must be whole numbers by whole-number lateness."""
+    counts = record["stale_targets"]
+    if not all(str(lateness).isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
+               for lateness, count in counts.items()):
+        raise damaged(path, f"its 'stale_targets' must count late targets (whole numbers >= 0) by their lateness "
+                            f"(a whole number >= 0); got {counts!r}")
+    return ParallelRun(record["history"], [Event(*(e[field] for field in Event._fields)) for e in record["timeline"]],
+                       {int(lateness): count for lateness, count in counts.items()})
 
 
 def examples_per_second(history: Mapping[str, Any], batch_size: int) -> float:

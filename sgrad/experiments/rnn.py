@@ -192,9 +192,7 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
 
     run = {"trainer": "sgrad.experiments.rnn.train_cell", "task": task, "method": method, "window": window,
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "steps"}}
-    history = {"task": task, "method": method, "window": window, "seed": config.seed, "step": [], "length": [],
-               "error": [], "train_loss": [], "solved": 0, "solved_at": [],
-               "curriculum": Curriculum(threshold=config.threshold).state(), "wall_time": 0.0}
+    history = new_history(task, method, window, config)
     names = RunName(f"{method} ({task}, T={window})", f"[{task}, {method}, T={window}, seed {config.seed}]",
                     learning_rates(config, method == "dni"))
     return train_loop(model, train_step, evaluate, steps=config.steps, eval_every=config.eval_every,
@@ -205,6 +203,13 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
 def _check_curriculum(history):
     """A resumed cell's curriculum must be one that :class:`~data_gen.copy_task.Curriculum` carries on from."""
     Curriculum.from_state(history["curriculum"])
+
+
+def new_history(task: str, method: str, window: int, config: RnnConfig) -> dict[str, Any]:
+    """A fresh history of :func:`train_cell` (what a cell's history holds, at least)."""
+    return {"task": task, "method": method, "window": window, "seed": config.seed, "step": [], "length": [],
+            "error": [], "train_loss": [], "solved": 0, "solved_at": [],
+            "curriculum": Curriculum(threshold=config.threshold).state(), "wall_time": 0.0}
 
 
 def check_grid(tasks: Sequence[str], methods: Sequence[str], windows: Sequence[int], seeds: Sequence[int],
@@ -256,7 +261,8 @@ def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHO
                 for method in methods:
                     name = f"{task}-{method}-T{window}-seed{seed}"
                     label = f"[{task}, {method}, T={window}, seed {seed}]"
-                    cached = cells.load(name, settings, label)
+                    cached = cells.load(name, settings, label,
+                                        {"history": new_history(task, method, window, cell_config)})
                     if cached is not None:
                         results[(task, method, window, seed)] = cached["history"]
                         continue

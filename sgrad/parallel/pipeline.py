@@ -92,8 +92,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                 alpha=check_learning_rate(alpha), loss_fn=loss_fn, classes=layers[-1].output_dim)
     x_train, y_train, x_test, y_test = data
     _check_data(x_train, y_train, x_test, y_test, layers, check_integer(batch_size, "batch_size"))
-    history: dict[str, Any] = {"schedule": schedule, "workers": workers, "iteration": [], "test_accuracy": [],
-                               "train_loss": [], "evaluation_time": [], "wall_time": 0.0}
+    history = new_history(schedule, workers)
     batches, losses = BatchOrder(len(x_train), batch_size, rng), []
     before = Diagnostics()  # what the sessions before this one recorded, up to the checkpoint it resumes from
 
@@ -195,6 +194,12 @@ class Diagnostics:
         first, last = timeline_steps
         events = [Event(*(e[field] for field in Event._fields)) for e in loop["timeline"] if first <= e["step"] <= last]
         return cls(events, stale)
+
+
+def new_history(schedule: str, workers: int) -> dict[str, Any]:
+    """A fresh history of :func:`train_parallel` (what a checkpoint's or a cached run's history holds, at least)."""
+    return {"schedule": schedule, "workers": workers, "iteration": [], "test_accuracy": [], "train_loss": [],
+            "evaluation_time": [], "wall_time": 0.0}
 
 
 def _workers(layers, stages, plan, data, batches, losses):
