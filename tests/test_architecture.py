@@ -21,7 +21,7 @@ LAYERS = [
     ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
-    ["steps", "checkpoint", "checks", "blackbox"],
+    ["steps", "boundary_targets", "tbptt", "checkpoint", "checks", "blackbox"],
     ["experiments.loop", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn", "experiments.parallel", "experiments.rnn",
