@@ -11,7 +11,7 @@ matplotlib only where a figure is drawn.
 import importlib
 from typing import Any
 
-from . import blackbox, checkpoint, checks
+from . import blackbox, checkpoint, course
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential, dense_block
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
@@ -40,7 +40,7 @@ __all__ = [
     "SGD", "Momentum", "Adam", "UpdateRule",
     "METHODS", "TrainConfig", "TrainingDiverged", "train", "compare", "results_table",
     "checkpoint", "save_checkpoint", "load_checkpoint", "CheckpointError",
-    "blackbox", "checks",
+    "blackbox", "course",
 ]
 
 

@@ -4,7 +4,7 @@
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
-``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.grading`).
+``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.course.grader`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
 line and exit status 130; the checkpoints make a rerun carry on.
@@ -18,8 +18,8 @@ from typing import NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
+from .course import grader
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
-from . import grading
 from .experiments.loop import CHECKPOINT_FOLDER, DTYPES, check_out_dir
 from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
 from .experiments.mnist import results_table as paper_table
@@ -313,9 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "interrupted cell carries on from there (default 1000; 0: no checkpoints)")
     rnn.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
-    grading.add_arguments(commands.add_parser(
+    grader.add_arguments(commands.add_parser(
         "grade", help="run a student's homework notebook and check each exercise",
-        description=grading.DESCRIPTION))
+        description=grader.DESCRIPTION))
     return parser
 
 
@@ -324,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "grade":
-            return grading.run(args, prog="sgrad grade")
+            return grader.run(args)
         command, written = ((_rnn, "results.md, copy_length.png, curriculum.png and histories.json")
                             if args.command == "rnn" else
                             (_parallel, "results.md, timeline.png, accuracy_time.png and histories.json")

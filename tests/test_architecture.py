@@ -21,11 +21,12 @@ LAYERS = [
     ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
-    ["steps", "boundary_targets", "tbptt", "checkpoint", "checks", "blackbox"],
+    ["steps", "boundary_targets", "tbptt", "eligibility_traces", "checkpoint", "course.checkers", "course.solutions",
+     "blackbox"],
     ["experiments.loop", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn", "experiments.parallel", "experiments.rnn",
-     "experiments.char_lm", "plotting", "grading"],
+     "experiments.char_lm", "plotting", "course.grader"],
     ["cli"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}
