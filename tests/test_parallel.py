@@ -250,13 +250,14 @@ def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch
     from sgrad.parallel.messages import Inbox, Message
     from sgrad.parallel.schedules import Decoupled
     from sgrad.parallel.timeline import Timeline
-    from sgrad.parallel.worker import BatchOrder, Plan, Worker
+    from sgrad.batches import BatchOrder
+    from sgrad.parallel.worker import Plan, Worker
 
     layers = build_network("cdni", 20, dataclasses.replace(CONFIG, depth=3))
     plan = Plan(schedule="cdni", steps=3, start=0, eval_every=3, save_every=None, staleness=1, timeline=(1, 0),
                 alpha=CONFIG.alpha, loss_fn=summed_cross_entropy, classes=10)
     worker = Worker(0, 2, layers[:1], plan, train=data[:2], test_x=data[2],
-                    batches=BatchOrder(64, 8, batch_rng().bit_generator.state, np.arange(0), 0))
+                    batches=BatchOrder(64, 8, batch_rng()))
     inbox, sent = queue.Queue(), []
     worker.inbox, worker.send, worker.timeline = Inbox(inbox), lambda j, message: sent.append(message), Timeline(0, 1, 0)
     schedule = Decoupled(worker)
