@@ -35,11 +35,12 @@ def test_dni_on_k_balanced_workers_is_k_times_faster_when_messages_are_free():
 
 def test_dni_with_slow_messages_shares_each_round_trip_between_two_batches_in_flight():
     # Worker 0 forwards batch t+1 and sends it up before it waits for batch t's target, which needs h_t to go up (τ),
-    # worker 1's block, top, generator regression and prediction and backward pass (c1), and δ_t to come down (τ);
-    # then worker 0 finishes its step (the rest of w0).  That cycle covers two batches.
+    # worker 1's block forward, top, and synthetic update (prediction, backward pass and step) (c1), and δ_t to come
+    # down (τ); worker 1's generator regresses onto the top's target after δ_t has gone.  Then worker 0 finishes its
+    # step (the rest of w0: its generator's regression, then its synthetic update).  That cycle covers two batches.
     low, high = BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0), BlockTimes(0.5, 1.0, 0.25, 1.5, 2.0)
     w0 = 1.0 + 4.0 + 3.0 + 2.0 + 0.5
-    c1 = 0.5 + 0.3 + 2.0 + 1.5 + 1.0
+    c1 = 0.5 + 0.3 + 1.5 + 1.0 + 0.25
     expected = (w0 + c1 + 2 * 100.0) / 2
     assert seconds_per_batch("dni", [low, high], 0.3, 2, transfer=100.0) == pytest.approx(expected)
 

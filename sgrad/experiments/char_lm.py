@@ -112,8 +112,8 @@ def build_model(method: str, vocab_size: int, config: CharLMConfig) -> list[Any]
     vocab_size = check_integer(vocab_size, "vocab_size")
     core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
     core = LSTM(vocab_size, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
-    model = [core, Layer(config.hidden, vocab_size, "identity", update_rule=config.update_rule, seed=readout_seed,
-                         dtype=config.dtype)]
+    model: list[Any] = [core, Layer(config.hidden, vocab_size, "identity", update_rule=config.update_rule,
+                                    seed=readout_seed, dtype=config.dtype)]
     if method == "dni":
         model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
     return model

@@ -134,8 +134,8 @@ def build_model(task: str, method: str, config: RnnConfig) -> list[Any]:
     input_dim, output_dim = sizes(task, config)
     core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
     core = LSTM(input_dim, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
-    model = [core, Layer(config.hidden, output_dim, "identity", update_rule=config.update_rule, seed=readout_seed,
-                         dtype=config.dtype)]
+    model: list[Any] = [core, Layer(config.hidden, output_dim, "identity", update_rule=config.update_rule,
+                                    seed=readout_seed, dtype=config.dtype)]
     if method == "dni":
         model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
     return model
