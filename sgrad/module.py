@@ -173,9 +173,10 @@ def restored_on_error(*trees: Any) -> Iterator[None]:
     Every module of the trees (:meth:`Module.submodules`; a user's object with the module interface counts as
     one) gets each attribute bound again to what it held, which restores its caches (input, output, ĝ, flags),
     and each buffer (batch norm's running statistics, which a forward pass changes in place) its values.  The
-    snapshot is references and copies of the small buffers: a few microseconds.  Not restored: arrays that are
-    not buffers but were changed in place, i.e. parameters and update-rule states that an ``update`` has moved.
-    So a body that refuses bad input before its first ``update`` leaves nothing changed.
+    snapshot is cheap (references, and copies of the small buffers), so a step can take one every time.  Not
+    restored: arrays that are not buffers but were changed in place, i.e. parameters and update-rule states
+    that an ``update`` has moved.  So a body that refuses bad input before its first ``update`` leaves nothing
+    changed.
     """
     modules = list(_each_module(trees))
     attributes = [dict(vars(module)) for module in modules]
