@@ -107,7 +107,7 @@ class Conv2d(WeightsAndBias):
         matrix = initialize(init, (fan_in, self.out_channels), rng, self.dtype)  # (fan_in, fan_out), as for a Layer
         self.weights = np.ascontiguousarray(matrix.T.reshape(self.out_channels, self.in_channels, *self.kernel_size))
         self.bias = np.zeros(self.out_channels, dtype=self.dtype) if validation.check_bool(bias, "bias") else None
-        self.start_learning(update_rule)
+        self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
         self.columns: np.ndarray | None = None

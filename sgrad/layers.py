@@ -62,7 +62,7 @@ class Layer(WeightsAndBias):
         rng = validation.make_rng(seed, rng)
         self.weights = initialize(init, (self.input_dim, self.output_dim), rng, self.dtype)
         self.bias = np.zeros(self.output_dim, dtype=self.dtype) if validation.check_bool(bias, "bias") else None
-        self.start_learning(update_rule)
+        self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
         self.weight_output_delta: np.ndarray | None = None

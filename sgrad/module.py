@@ -106,16 +106,16 @@ class OwnParameters(Module):
 
     Each parameter ``name`` of :meth:`own_parameters` has its gradient ``name_grad`` (``weights_grad``,
     ``bias_grad``, ...): set by the module's ``backward``, None before it and once :meth:`update` has used it.
-    The constructor calls :meth:`start_learning` once the parameters exist; ``backward`` refuses to run while
+    The constructor calls ``_start_learning`` once the parameters exist; ``backward`` refuses to run while
     ``_stale`` (set by ``update``: the last forward pass used the weights from before the step).
     """
 
     update_rule: Any
     update_state: dict[str, Any]
     _stale: bool
-    calls_before_update = "backward(output_delta) after forward(input)"  # what update() asks for when it has no gradients
+    _calls_before_update = "backward(output_delta) after forward(input)"  # what update() asks for when it has no gradients
 
-    def start_learning(self, update_rule: Any) -> None:
+    def _start_learning(self, update_rule: Any) -> None:
         """Take ``update_rule`` (a name or an UpdateRule) with its state for each parameter, and no gradients yet."""
         self.update_rule = get_update_rule(update_rule)
         self.update_state = {name: self.update_rule.init_state(p) for name, p in self.own_parameters().items()}
@@ -134,7 +134,7 @@ class OwnParameters(Module):
         """
         gradients = self.gradients
         if any(gradient is None for gradient in gradients.values()):
-            raise ValueError(f"update() needs the gradients of the last forward pass; call {self.calls_before_update} "
+            raise ValueError(f"update() needs the gradients of the last forward pass; call {self._calls_before_update} "
                              "first")
         alpha = validation.check_learning_rate(alpha)
         for name, param in self.own_parameters().items():

@@ -102,7 +102,7 @@ class Recurrent(OwnParameters):
     """
 
     gates = 1
-    calls_before_update = "backward(d_outputs, d_last_state) after forward(x, state)"
+    _calls_before_update = "backward(d_outputs, d_last_state) after forward(x, state)"
     weights_x_grad: np.ndarray | None
     weights_h_grad: np.ndarray | None
     bias_grad: np.ndarray | None
@@ -119,7 +119,7 @@ class Recurrent(OwnParameters):
         self.weights_x = initialize(init, (self.input_dim, width), rng, self.dtype)
         self.weights_h = initialize(init, (self.hidden_dim, width), rng, self.dtype)
         self.bias = np.zeros(width, dtype=self.dtype)
-        self.start_learning(update_rule)
+        self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.hidden_states: np.ndarray | None = None
         self.outputs: np.ndarray | None = None
