@@ -22,8 +22,8 @@ LAYERS = [
     ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
-    ["steps", "divergence", "batches", "evaluation", "checkpoint", "course", "course.checkers", "course.solutions",
-     "blackbox", "__init__"],
+    ["steps", "boundary_targets", "tbptt", "divergence", "batches", "evaluation", "checkpoint", "course",
+     "course.checkers", "course.solutions", "blackbox", "__init__"],
     ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells",
      "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
@@ -204,3 +204,35 @@ def test_no_private_twin_of_a_public_method(path):
                       and m.lstrip("_") in methods]
     assert twins == []
     assert "spend" not in path.read_text()
+
+
+def dni_maths(path):
+    """The lines of ``path`` that do a DNI step's maths itself: a generator's forward, backward, update or predict,
+    ĝ by name, or a block's learning rates (a block's ``synthetic_update`` and ``update_synthetic_weights`` use them;
+    the plan's ``alpha`` is the top layer's)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("forward", "backward", "update", "predict")
+                and "generator" in ast.unparse(node.func.value)):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+        names = {node.id} if isinstance(node, ast.Name) else {node.attr} if isinstance(node, ast.Attribute) else set()
+        if names & {"g_hat", "synthetic_gradient", "generator_alpha"} or (
+                names == {"alpha"} and isinstance(node, ast.Attribute) and not ast.unparse(node.value).endswith("plan")):
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_parallel_engine_runs_the_dni_step_of_sgrad_dni_and_has_none_of_its_own():
+    """One DNI step for every caller: a worker calls a block's synthetic_update, never a generator."""
+    files = sorted((ROOT / "parallel").glob("*.py"))
+    assert [line for path in files for line in dni_maths(path)] == []
+    schedules = (ROOT / "parallel" / "schedules.py").read_text()
+    assert ".synthetic_update(" in schedules and ".update_synthetic_weights(" in schedules
+
+
+def test_the_scan_for_dni_maths_finds_it_where_it_is():
+    """The check above can fail: the step's own module does the maths."""
+    found = dni_maths(ROOT / "dni.py")
+    assert any("generator.forward(h, condition)" in line for line in found)
+    assert any("generator.update(target, self.generator_alpha)" in line for line in found)

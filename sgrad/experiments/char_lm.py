@@ -5,7 +5,7 @@ readout gives the logits of the next character, and the loss is the softmax
 cross-entropy of every step.  The training text is cut into ``batch_size``
 contiguous streams (:func:`data_gen.text.stream_rows`); each training step takes
 the next window of T = ``window`` characters of every stream and one
-:func:`~sgrad.steps.tbptt_step` over it, starting from the state the previous
+:func:`~sgrad.tbptt.tbptt_step` over it, starting from the state the previous
 window ended with, so each row reads one continuous text:
 
 - ``bptt``: truncated BPTT.  The gradient stops at every window's end: nothing
@@ -41,7 +41,7 @@ from data_gen.text import encode, one_hot_ids, split_ids, stream_rows, vocabular
 
 from ..batches import BatchOrder
 from ..losses import softmax_cross_entropy
-from ..steps import tbptt_step
+from ..tbptt import tbptt_step
 from ..validation import check_choice, check_integer, check_number
 from .loop import RunName, train_loop
 from .lstm_model import check_recurrent_settings, lstm_model
@@ -68,7 +68,7 @@ class CharLMConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the generator's
         update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.steps.tbptt_step`): below 1, a discount per window that bounds M's targets.
+        :func:`~sgrad.tbptt.tbptt_step`): below 1, a discount per window that bounds M's targets.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for both methods).
     """

@@ -24,8 +24,8 @@ def lstm_model(input_dim: int, output_dim: int, config: Any, *, generator: bool)
     """
     core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
     core = LSTM(input_dim, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
-    model = [core, Layer(config.hidden, output_dim, "identity", update_rule=config.update_rule, seed=readout_seed,
-                         dtype=config.dtype)]
+    model: list[Any] = [core, Layer(config.hidden, output_dim, "identity", update_rule=config.update_rule,
+                                    seed=readout_seed, dtype=config.dtype)]
     if generator:
         model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
     return model
