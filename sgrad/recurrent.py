@@ -116,6 +116,9 @@ class Recurrent(OwnParameters):
         self.dtype = validation.check_float_dtype(dtype)
         rng = validation.make_rng(seed, rng)
         width = self.gates * self.hidden_dim
+        validation.check_bytes((self.input_dim + self.hidden_dim) * width * self.dtype.itemsize,
+                               f"the weights of {type(self).__name__}({self.input_dim}, {self.hidden_dim})",
+                               "use a smaller input_dim or hidden_dim")
         self.weights_x = initialize(init, (self.input_dim, width), rng, self.dtype)
         self.weights_h = initialize(init, (self.hidden_dim, width), rng, self.dtype)
         self.bias = np.zeros(width, dtype=self.dtype)

@@ -4,7 +4,7 @@ Each check says what was expected, what came, and what to do, and returns the
 value it checked, so a caller writes ``width = check_integer(width, "width")``.
 Only public methods call these; the code they call trusts its inputs.
 
-The checks of integers, flags and seeds are the datasets' own
+The checks of integers, flags, seeds and sizes are the datasets' own
 (:mod:`data_gen.checks`, which needs nothing of sgrad's), imported here so
 that the library has one place to look.
 """
@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from data_gen.checks import Seed, check_bool, check_integer, make_rng
+from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, check_integer, make_rng
 
-__all__ = ["Seed", "check_array_type", "check_batch", "check_bool", "check_choice", "check_condition", "check_feature_maps",
-           "check_fits_dtype", "check_float_dtype", "check_integer", "check_learning_rate", "check_number",
-           "check_record", "check_same_shape", "check_widths", "make_rng"]
+__all__ = ["MAX_ARRAY_BYTES", "Seed", "check_array_type", "check_batch", "check_bool", "check_bytes", "check_choice",
+           "check_condition", "check_feature_maps", "check_fits_dtype", "check_float_dtype", "check_integer",
+           "check_learning_rate", "check_number", "check_record", "check_same_shape", "check_widths", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 

@@ -441,3 +441,10 @@ def test_a_conv_block_keeps_its_dtype_through_a_step(dtype, rule, batchnorm, see
     assert_dtype(dtype, output=h, input_delta=delta, **{f"gradient of {k}": g for k, g in block.gradients.items()})
     block.update(0.01)
     assert_tree_dtype(dtype, block, "conv block")
+
+
+def test_weights_too_large_for_memory_are_refused_before_anything_is_allocated():
+    with pytest.raises(ValueError, match=re.escape(
+            "the weights of Conv2d(1000000, 1000000, 3x3) would take 72,000,000,000,000 bytes (67,055.2 GiB), more "
+            "than the 2 GiB that sgrad allows for the arrays of one call; use fewer channels or a smaller kernel")):
+        Conv2d(10**6, 10**6, 3)

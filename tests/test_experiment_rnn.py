@@ -5,6 +5,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,30 @@ def test_a_bad_argument_exits_2_with_one_line_saying_what_came(tmp_path, args, m
     result = run_sgrad(tmp_path, *args)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hidden", "100000000"], "the bptt model of copy (hidden 100000000, bits 8) would need "),
+    (["--bits", "100000000"], "the bptt model of copy (hidden 64, bits 100000000) would need "),
+    (["--max-repeats", "100000000"], "a training step on repeat-copy at N = 1 (32 sequences, hidden 64, bits 8, "
+                                     "max_repeats 100000000) would take "),
+    (["--batch-size", "100000000"], "a training step on copy at N = 1 (100000000 sequences, "),
+], ids=["hidden", "bits", "max-repeats", "batch-size"])
+def test_sizes_too_large_for_memory_are_refused_at_once_in_one_line(tmp_path, args, message):
+    start = time.perf_counter()
+    result = run_sgrad(tmp_path, *args, "--out", "out")
+    assert time.perf_counter() - start < 30  # refused before anything is allocated, not after minutes of swapping
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"sgrad rnn: error: {message}"), line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", rnn.TASKS)
+@pytest.mark.parametrize("method", rnn.RNN_METHODS)
+def test_the_parameter_count_is_that_of_the_model_built(task, method):
+    model = build_model(task, method, TINY)
+    assert rnn.parameter_count(task, method, TINY) == sum(v.size for m in model for v in m.parameters.values())
 
 
 def test_every_option_of_rnn_has_a_help_text():
