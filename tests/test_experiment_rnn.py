@@ -3,6 +3,8 @@ every method, the grid's cache and resume, the figures, and the command as a use
 
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import damage_checkpoint
+from conftest import damage_checkpoint, started
 
 from sgrad.experiments import rnn
 from sgrad.experiments.rnn import RnnConfig, build_model, results_table, run_grid, train_cell
@@ -181,6 +183,21 @@ def test_sizes_too_large_for_memory_are_refused_at_once_in_one_line(tmp_path, ar
 def test_the_parameter_count_is_that_of_the_model_built(task, method):
     model = build_model(task, method, TINY)
     assert rnn.parameter_count(task, method, TINY) == sum(v.size for m in model for v in m.parameters.values())
+
+
+def test_a_second_run_on_the_same_folder_is_refused_naming_the_first_and_a_killed_run_blocks_nothing(tmp_path):
+    args = ["--tasks", "copy", "--methods", "bptt", "--windows", "2", "--hidden", "8", "--bits", "3",
+            "--batch-size", "4", "--eval-every", "20", "--out", "out"]
+    with started([str(SGRAD), "rnn", *args, "--steps", "1000000"], cwd=tmp_path) as first:
+        assert first.stderr.readline().startswith("[copy, bptt, T=2, seed 0] step 20/1000000")  # it holds the folder
+        second = run_sgrad(tmp_path, *args, "--steps", "40")
+        assert second.returncode == 2
+        assert second.stderr == (f"sgrad rnn: error: out is being written by another sgrad run (process {first.pid}); "
+                                 "wait for it to end, or give this run another folder\n")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    third = run_sgrad(tmp_path, *args, "--steps", "40")  # the lock died with the killed run
+    assert third.returncode == 0, third.stderr
 
 
 def test_every_option_of_rnn_has_a_help_text():

@@ -45,7 +45,7 @@ from ..layers import Layer
 from ..losses import softmax_cross_entropy
 from ..validation import check_array_type, check_bool, check_choice, check_integer, check_widths
 from .cells import CellCache
-from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
 from .loop import RunName, run_and_report, take_step, train_loop
 from .settings import (DECOUPLED, check_batch_fits, check_methods, check_network_size, check_settings, check_split,
                        learning_rates)
@@ -319,23 +319,24 @@ def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER
     # A cached cell is reused only for the same settings and the same data.
     data_tag = {"train_examples": len(data[0]), "test_examples": len(data[2]),
                 "labels_sha256": hashlib.sha256(np.ascontiguousarray(data[1]).tobytes()).hexdigest()}
-    cells, results = CellCache(out_dir, progress), {}
-    for cell_config in configs:
-        depth = cell_config.depth
-        for method in methods:
-            label, name = f"[{method}, depth {depth}]", _cell_name(method, cell_config)
-            settings = {"method": method, "config": _relevant(method, dataclasses.asdict(cell_config)), "data": data_tag}
-            cached = cells.load(name, settings, label, {"history": new_history(method, cell_config)})
-            if cached is not None:
-                results[(method, depth)] = cached["history"]
-                continue
-            run = functools.partial(train_paper, method, data, cell_config, progress=progress,
-                                    checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
-                                    checkpoint_every=checkpoint_every)
-            results[(method, depth)] = run_and_report(run, label, progress)
-            cells.save(name, settings, history=results[(method, depth)])
-    if out_dir is not None:
-        write_grid(results, out_dir, config)
+    with one_writer(out_dir):  # one run at a time writes to a folder
+        cells, results = CellCache(out_dir, progress), {}
+        for cell_config in configs:
+            depth = cell_config.depth
+            for method in methods:
+                label, name = f"[{method}, depth {depth}]", _cell_name(method, cell_config)
+                settings = {"method": method, "config": _relevant(method, dataclasses.asdict(cell_config)), "data": data_tag}
+                cached = cells.load(name, settings, label, {"history": new_history(method, cell_config)})
+                if cached is not None:
+                    results[(method, depth)] = cached["history"]
+                    continue
+                run = functools.partial(train_paper, method, data, cell_config, progress=progress,
+                                        checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
+                                        checkpoint_every=checkpoint_every)
+                results[(method, depth)] = run_and_report(run, label, progress)
+                cells.save(name, settings, history=results[(method, depth)])
+        if out_dir is not None:
+            write_grid(results, out_dir, config)
     return results
 
 

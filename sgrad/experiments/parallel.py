@@ -36,7 +36,7 @@ from ..parallel.ray_engine import RayEngine, ray_session
 from ..parallel.timeline import Event
 from ..validation import check_integer, check_number
 from .cells import CellCache, damaged
-from .files import atomic_write_text, checkpoint_path
+from .files import atomic_write_text, checkpoint_path, one_writer
 from .settings import check_methods
 from .mnist import PaperConfig, build_network, check_grid, summed_cross_entropy
 
@@ -124,11 +124,12 @@ def compare_parallel(data: Sequence[np.ndarray], *, schedules: Sequence[str] = S
     schedules = check_runs(schedules, workers, config, staleness=staleness, budget=budget, engine=engine,
                            train_examples=len(data[0]), out_dir=out_dir, checkpoint_every=checkpoint_every)
     settings = {"config": dataclasses.asdict(config), "staleness": staleness, "data": fingerprint(*data)}
-    with ray_session(ray_address, cpus=max(workers)) if engine == "ray" else contextlib.nullcontext():
-        results = _every_run(data, schedules, workers, config, staleness, engine, out_dir, checkpoint_every, settings,
-                             progress)
-    if out_dir is not None:
-        write_results(results, out_dir, config, budget)
+    with one_writer(out_dir):  # one run at a time writes to a folder
+        with ray_session(ray_address, cpus=max(workers)) if engine == "ray" else contextlib.nullcontext():
+            results = _every_run(data, schedules, workers, config, staleness, engine, out_dir, checkpoint_every, settings,
+                                 progress)
+        if out_dir is not None:
+            write_results(results, out_dir, config, budget)
     return results
 
 

@@ -42,7 +42,7 @@ from ..losses import bce_with_logits
 from ..tbptt import tbptt_step
 from ..validation import check_bytes, check_choice, check_integer, check_number
 from .cells import CellCache
-from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
 from .loop import RunName, run_and_report, train_loop
 from .lstm_model import check_recurrent_settings, lstm_model
 from .settings import TARGETS, check_methods, check_network_size, check_settings, learning_rates
@@ -293,30 +293,31 @@ def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHO
     config = RnnConfig() if config is None else config
     tasks, methods, windows, seeds = check_grid(tasks, methods, windows, seeds, config,
                                                 checkpoint_every=checkpoint_every, out_dir=out_dir)
-    cells, results = CellCache(out_dir, progress), {}
-    for task in tasks:
-        for window in windows:
-            for seed in seeds:
-                cell_config = dataclasses.replace(config, seed=seed)
-                settings = {"config": dataclasses.asdict(cell_config)}
-                for method in methods:
-                    name = f"{task}-{method}-T{window}-seed{seed}"
-                    label = f"[{task}, {method}, T={window}, seed {seed}]"
-                    cached = cells.load(name, settings, label,
-                                        {"history": new_history(task, method, window, cell_config)})
-                    if cached is not None:
-                        results[(task, method, window, seed)] = cached["history"]
-                        continue
-                    run = functools.partial(train_cell, task, method, window, cell_config, progress=progress,
-                                            checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
-                                            checkpoint_every=checkpoint_every)
-                    history = run_and_report(run, label, progress)
-                    if progress is not None:
-                        progress(f"{label} largest N solved: {history['solved']}")
-                    results[(task, method, window, seed)] = history
-                    cells.save(name, settings, history=history)
-    if out_dir is not None:
-        write_grid(results, out_dir, config)
+    with one_writer(out_dir):  # one run at a time writes to a folder
+        cells, results = CellCache(out_dir, progress), {}
+        for task in tasks:
+            for window in windows:
+                for seed in seeds:
+                    cell_config = dataclasses.replace(config, seed=seed)
+                    settings = {"config": dataclasses.asdict(cell_config)}
+                    for method in methods:
+                        name = f"{task}-{method}-T{window}-seed{seed}"
+                        label = f"[{task}, {method}, T={window}, seed {seed}]"
+                        cached = cells.load(name, settings, label,
+                                            {"history": new_history(task, method, window, cell_config)})
+                        if cached is not None:
+                            results[(task, method, window, seed)] = cached["history"]
+                            continue
+                        run = functools.partial(train_cell, task, method, window, cell_config, progress=progress,
+                                                checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
+                                                checkpoint_every=checkpoint_every)
+                        history = run_and_report(run, label, progress)
+                        if progress is not None:
+                            progress(f"{label} largest N solved: {history['solved']}")
+                        results[(task, method, window, seed)] = history
+                        cells.save(name, settings, history=history)
+        if out_dir is not None:
+            write_grid(results, out_dir, config)
     return results
 
 
