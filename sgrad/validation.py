@@ -20,7 +20,8 @@ from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, chec
 
 __all__ = ["MAX_ARRAY_BYTES", "Seed", "check_array_type", "check_batch", "check_bool", "check_bytes", "check_choice",
            "check_condition", "check_feature_maps", "check_fits_dtype", "check_float_dtype", "check_integer",
-           "check_learning_rate", "check_number", "check_record", "check_same_shape", "check_widths", "make_rng"]
+           "check_labels", "check_learning_rate", "check_number", "check_record", "check_same_shape", "check_widths",
+           "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 
@@ -184,6 +185,24 @@ def _check_finite(array, name, first):
         raise ValueError(f"{name} holds NaN or inf (first in {first} {index}); check the data, or lower the "
                          "learning rate if it came from a training run that diverged")
     return array
+
+
+def check_labels(labels: Any, name: str, classes: int) -> np.ndarray:
+    """Check that ``labels`` is a NumPy array of integer classes in [0, classes), shape (n,); return it.
+
+    Floats are refused even when whole, so that 1.5 is never read as 1; and -1 is refused, which
+    NumPy's indexing would read as the last class.
+    """
+    check_array_type(labels, name, "a NumPy array of integer labels, shape (n,)")
+    if labels.ndim != 1:
+        raise ValueError(f"{name} must have shape (n,), one integer class per example; got shape {labels.shape}")
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers; got dtype {labels.dtype}. Convert whole-number classes with "
+                        f"{name}.astype(np.int64)")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"{name} must lie in [0, {classes - 1}] for {classes} classes; got values from "
+                         f"{labels.min()} to {labels.max()}")
+    return labels
 
 
 def check_same_shape(array: Any, name: str, reference: np.ndarray, reference_name: str, *,

@@ -278,6 +278,19 @@ def test_data_in_another_dtype_than_the_network_is_refused_before_any_worker_sta
                        batch_size=8, rng=batch_rng(), eval_every=1)
 
 
+@pytest.mark.parametrize("labels, error, message", [
+    (lambda y: np.where(y == 9, -1, y), ValueError, r"the labels of x_train must lie in \[0, 9\] for 10 classes; got "
+                                                    r"values from -1 to 8"),
+    (lambda y: y + 10, ValueError, r"the labels of x_train must lie in \[0, 9\] for 10 classes; got values from 10"),
+    (lambda y: y.astype(float), TypeError, "the labels of x_train must hold integers; got dtype float64"),
+    (lambda y: y[:-1], ValueError, "the labels of x_train must be one per row of x_train: 64; got 63"),
+], ids=["minus-one", "ten", "floats", "one-short"])
+def test_labels_are_checked_before_any_worker_starts(data, labels, error, message):
+    """In the driver, before the engine starts: a worker's failure would be a WorkerFailed, not this error."""
+    with pytest.raises(error, match=message):
+        parallel("dni", (data[0], labels(data[1]), *data[2:]), workers=2)
+
+
 def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch(data):
     """Worker 0 of two, staleness 1, driven by hand: batches 1 and 2 go through before batch 1's target comes."""
     import copy

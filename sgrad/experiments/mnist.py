@@ -33,8 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from data_gen.checks import check_integers
-
 from ..batches import BatchOrder
 from ..blocks import dense_block
 from ..checkpoint import fingerprint
@@ -43,7 +41,7 @@ from ..evaluation import accuracy
 from ..generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from ..layers import Layer
 from ..losses import softmax_cross_entropy
-from ..validation import check_array_type, check_bool, check_choice, check_integer, check_widths
+from ..validation import check_bool, check_choice, check_integer, check_labels, check_widths
 from .cells import CellCache
 from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
 from .loop import RunName, run_and_report, take_step, train_loop
@@ -374,8 +372,7 @@ def write_grid(results: Mapping[tuple[str, int], Mapping[str, Any]], out_dir: st
 
 def _check_labels(y_train, y_test):
     for name, y in (("y_train", y_train), ("y_test", y_test)):
-        check_array_type(y, name, "a NumPy array of integer labels, shape (n,)")
-        check_integers(y, name, below=NUM_CLASSES)
+        check_labels(y, name, NUM_CLASSES)
 
 
 def _cell_name(method, config):

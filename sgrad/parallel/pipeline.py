@@ -19,7 +19,7 @@ import numpy as np
 from ..batches import BatchOrder
 from ..checkpoint import damaged, load_network_state, resume_run, save_run
 from ..divergence import TrainingDiverged
-from ..validation import check_batch, check_choice, check_integer, check_learning_rate, check_record
+from ..validation import check_batch, check_choice, check_integer, check_labels, check_learning_rate, check_record
 from .engines import Engine, describe, failure
 from .local import LocalEngine
 from .schedules import SCHEDULES
@@ -239,9 +239,9 @@ def _check_data(x_train, y_train, x_test, y_test, layers, batch_size):
         if x.dtype != dtype:
             raise TypeError(f"{name} must have the network's dtype, {dtype}; got {x.dtype}. Convert it with "
                             f"{name}.astype(np.{dtype})")
-        if not isinstance(y, np.ndarray) or y.shape != (len(x),) or y.dtype.kind not in "iu":
-            raise ValueError(f"the labels of {name} must be an integer array of shape ({len(x)},); got "
-                             f"{getattr(y, 'dtype', type(y).__name__)} of shape {np.shape(y)}")
+        check_labels(y, f"the labels of {name}", layers[-1].output_dim)
+        if len(y) != len(x):
+            raise ValueError(f"the labels of {name} must be one per row of {name}: {len(x)}; got {len(y)}")
     if len(x_train) < batch_size:
         raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({len(x_train)} examples); "
                          "use a smaller batch_size or more training examples")
