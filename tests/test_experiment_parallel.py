@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_group_ends, started, tiny_mnist
 
-from sgrad.experiments.parallel import accuracy_at, examples_per_second, timeline_window
+from sgrad.experiments.parallel import NO_RATE, accuracy_at, examples_per_second, timeline_window
 from sgrad.parallel import SCHEDULE_NAMES
 
 SGRAD = Path(sys.executable).parent / "sgrad"
@@ -145,7 +145,19 @@ def test_a_comparison_without_backprop_or_dni_draws_the_timeline_of_what_it_ran_
     assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(PNG_SIGNATURE)
 
 
+def test_a_run_too_short_for_a_rate_shows_a_dash_and_why_never_nan(tmp_path):
+    result = run_parallel(tmp_path, *TINY, "--iterations", "2", "--schedules", "dni", "--workers", "2",
+                          "--data", str(tiny_mnist(tmp_path)), "--out", "out")
+    assert result.returncode == 0, result.stderr
+    assert "nan" not in result.stdout
+    [[schedule, workers, speed, *_]] = table_rows(result.stdout)
+    assert (schedule, workers, speed) == ("dni", "2", "–")
+    assert result.stdout.rstrip().endswith(NO_RATE)
+    assert (tmp_path / "out" / "results.md").read_text().rstrip().endswith(NO_RATE)
+
+
 def test_examples_per_second_count_from_the_first_evaluation_to_the_last():
+    assert examples_per_second({"iteration": [100], "evaluation_time": [5.0]}, 256) is None
     history = {"iteration": [100, 200, 300], "evaluation_time": [5.0, 7.0, 9.0]}
     assert examples_per_second(history, 256) == pytest.approx(200 * 256 / 4.0)
 

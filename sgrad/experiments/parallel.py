@@ -172,13 +172,21 @@ def _cached_run(path, record):
                        {int(lateness): count for lateness, count in counts.items()})
 
 
-def examples_per_second(history: Mapping[str, Any], batch_size: int) -> float:
-    """Training examples per second between the first and the last evaluation (start-up left out, evaluations in)."""
+# Why a run has no examples/s in the table: the rate is measured between its first and last evaluations.
+NO_RATE = ("– examples/s: the run had fewer than two evaluations, between which its rate is measured (start-up left "
+           "out); evaluate more often (--eval-every) or train longer")
+
+
+def examples_per_second(history: Mapping[str, Any], batch_size: int) -> float | None:
+    """Training examples per second between the first and the last evaluation (start-up left out, evaluations in).
+
+    None if the run had fewer than two evaluations (or they came at the same time): there is no rate to measure.
+    """
     if len(history["iteration"]) < 2:
-        return float("nan")
+        return None
     steps = history["iteration"][-1] - history["iteration"][0]
     seconds = history["evaluation_time"][-1] - history["evaluation_time"][0]
-    return steps * batch_size / seconds if steps and seconds > 0 else float("nan")
+    return steps * batch_size / seconds if steps and seconds > 0 else None
 
 
 def accuracy_at(history: Mapping[str, Any], seconds: float) -> float | None:
@@ -188,20 +196,22 @@ def accuracy_at(history: Mapping[str, Any], seconds: float) -> float | None:
 
 
 def results_table(results: Mapping[Run, ParallelRun], config: PaperConfig, budget: float) -> str:
-    """Markdown: one row per schedule and worker count."""
+    """Markdown: one row per schedule and worker count; a run without a measured rate shows "–", and why under the table."""
     rows = [f"| schedule | workers | examples/s | test accuracy after {budget:g} s | test accuracy after "
             f"{config.iterations} steps | wall time |", "|---|---:|---:|---:|---:|---:|"]
+    missing = False
     for (schedule, count), result in results.items():
         history = result.history
         if history.get("diverged"):
             rows.append(f"| {schedule} | {count} | diverged at iteration {history.get('diverged_at_iteration', '?')} "
                         "| | | |")
             continue
-        early = accuracy_at(history, budget)
-        rows.append(f"| {schedule} | {count} | {examples_per_second(history, config.batch_size):,.0f} | "
+        early, rate = accuracy_at(history, budget), examples_per_second(history, config.batch_size)
+        missing |= rate is None
+        rows.append(f"| {schedule} | {count} | " + ("–" if rate is None else f"{rate:,.0f}") + " | "
                     + ("–" if early is None else f"{100 * early:.2f}%")
                     + f" | {100 * history['test_accuracy'][-1]:.2f}% | {history['wall_time']:.1f} s |")
-    return "\n".join(rows)
+    return "\n".join(rows) + (f"\n\n{NO_RATE}" if missing else "")
 
 
 def write_results(results: Mapping[Run, ParallelRun], out_dir: str | os.PathLike[str], config: PaperConfig,
