@@ -16,7 +16,7 @@ import pathlib
 import sys
 import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
@@ -30,7 +30,7 @@ from .experiments.parallel import results_table as parallel_table
 from .experiments.rnn import DEFAULT_WINDOWS, RNN_METHODS, TASKS, RnnConfig
 from .experiments.rnn import results_table as rnn_table
 from .experiments.rnn import run_grid as run_rnn_grid
-from .experiments.settings import DTYPES
+from .experiments.settings import DECOUPLED, DTYPES
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
 from .parallel.engines import WorkerFailed
@@ -362,7 +362,33 @@ def _after_interrupt(args: argparse.Namespace) -> str:
     return "no checkpoints were kept (--checkpoint-every 0)"
 
 
+def _refuse_unused(args: argparse.Namespace, options: dict[str, Any], *, used: bool, reason: str, fix: str,
+                   warn: bool = False) -> None:
+    """Unless ``used``, refuse each option of ``options`` (its dest: its default) given another value than its default.
+
+    An option that would change nothing must not look as if it did: ``reason`` says why it does nothing
+    here, ``fix`` (with ``{flag}``) what to do.  ``warn``: say so in a line on stderr and carry on instead
+    (for the generators' options, which a list of arguments shared between runs of several methods may hold).
+    """
+    if used:
+        return
+    for dest, default in options.items():
+        value = getattr(args, dest)
+        if value != default:
+            flag = "--" + dest.replace("_", "-")
+            shown = "" if isinstance(value, bool) else " " + (",".join(map(str, value)) if isinstance(value, tuple)
+                                                               else str(value))
+            message = f"{flag}{shown} does nothing here: {reason}; {fix.format(flag=flag)}"
+            if not warn:
+                raise ValueError(message)
+            print(f"sgrad {args.command}: warning: {message}", file=sys.stderr)
+
+
 def _compare(args: argparse.Namespace) -> str:
+    _refuse_unused(args, {"targets": DEFAULTS.generator_targets, "generator_lr": DEFAULTS.generator_alpha},
+                   used=any(method in ("dni", "cdni") for method in args.methods),
+                   reason=f"it sets the generators, and --methods {','.join(args.methods)} trains none",
+                   fix="add dni or cdni to --methods, or leave {flag} out", warn=True)
     histories = compare(
         args.methods, output_dim=args.bits, num_train=args.train, num_test=args.test,
         out_dir=args.out, progress=None if args.quiet else print_progress,
@@ -376,6 +402,17 @@ def _compare(args: argparse.Namespace) -> str:
 def _paper(args: argparse.Namespace) -> str:
     from data_gen.mnist import IMAGE_SHAPE, load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
+    _refuse_unused(args, {"channels": PAPER_DEFAULTS.channels, "kernel_size": PAPER_DEFAULTS.kernel_size},
+                   used=args.arch == "cnn", reason="it sets the CNN's conv blocks, and --arch mlp builds fully "
+                                                   "connected ones", fix="add --arch cnn, or leave {flag} out")
+    _refuse_unused(args, {"hidden": PAPER_DEFAULTS.hidden}, used=args.arch == "mlp",
+                   reason="it sets the width of fully connected blocks, and --arch cnn builds conv blocks of "
+                          "--channels filters", fix="leave {flag} out")
+    _refuse_unused(args, {"generator": PAPER_DEFAULTS.generator, "generator_hidden": None,
+                          "no_generator_batchnorm": False, "generator_lr": PAPER_DEFAULTS.generator_alpha},
+                   used=args.methods is None or any(method in DECOUPLED for method in args.methods),
+                   reason=f"it sets the generators, and --methods {','.join(args.methods or ())} trains none",
+                   fix="add dni, cdni or synthetic-loss to --methods, or leave {flag} out", warn=True)
     generator_hidden = args.generator_hidden
     if generator_hidden is None:
         generator_hidden = (args.channels, args.channels) if args.arch == "cnn" else PAPER_DEFAULTS.generator_hidden
@@ -403,6 +440,12 @@ def _parallel(args: argparse.Namespace) -> str:
 
     from data_gen.mnist import load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
+    _refuse_unused(args, {"staleness": 0, "generator": PAPER_DEFAULTS.generator,
+                          "generator_hidden": PAPER_DEFAULTS.generator_hidden,
+                          "generator_lr": PAPER_DEFAULTS.generator_alpha},
+                   used=any(schedule in ("dni", "cdni") for schedule in args.schedules),
+                   reason=f"it sets the generators, and --schedules {','.join(args.schedules)} trains none",
+                   fix="add dni or cdni to --schedules, or leave {flag} out", warn=True)
     config = PaperConfig(
         depth=args.depth, iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
         generator=args.generator, generator_hidden=args.generator_hidden, alpha=args.lr,
@@ -425,6 +468,11 @@ def _parallel(args: argparse.Namespace) -> str:
 
 
 def _rnn(args: argparse.Namespace) -> str:
+    _refuse_unused(args, {"target_windows": RNN_DEFAULTS.target_windows, "targets": RNN_DEFAULTS.generator_targets,
+                          "synthetic_scale": RNN_DEFAULTS.synthetic_scale, "generator_lr": RNN_DEFAULTS.generator_alpha},
+                   used="dni" in args.methods,
+                   reason=f"it sets the DNI generator, and --methods {','.join(args.methods)} trains none",
+                   fix="add dni to --methods, or leave {flag} out")
     config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
                        synthetic_scale=args.synthetic_scale, generator_targets=args.targets,

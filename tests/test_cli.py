@@ -254,7 +254,7 @@ TINY_COMMANDS = {
     "paper": ["--methods", "backprop", "--depths", "2", "--iterations", "4", "--eval-every", "2", "--batch-size", "8",
               "--hidden", "16", "--no-verify", "--data", "mnist.npz"],
     "parallel": ["--schedules", "backprop", "--workers", "1", "--iterations", "4", "--eval-every", "2", "--batch-size",
-                 "8", "--hidden", "16", "--generator-hidden", "8", "--no-verify", "--data", "mnist.npz"],
+                 "8", "--hidden", "16", "--no-verify", "--data", "mnist.npz"],
     "rnn": ["--tasks", "copy", "--methods", "bptt", "--windows", "2", "--steps", "4", "--eval-every", "2", "--hidden",
             "8", "--bits", "3", "--batch-size", "4"],
 }
@@ -333,8 +333,14 @@ def test_every_option_of_paper_has_a_help_text():
      "sgrad compare: error: the backprop network would need 4,000,000,128 bytes (3.7 GiB) for its 250,000,008 "
      "parameters, their gradients and adam's state, more than the 2 GiB that sgrad allows "
      "(sgrad.experiments.settings.MAX_NETWORK_BYTES); use smaller widths"),
+    (["paper", "--channels", "32", "--out", "{tmp}/out"],
+     "sgrad paper: error: --channels 32 does nothing here: it sets the CNN's conv blocks, and --arch mlp builds fully "
+     "connected ones; add --arch cnn, or leave --channels out"),
+    (["paper", "--arch", "cnn", "--hidden", "100", "--out", "{tmp}/out"],
+     "sgrad paper: error: --hidden 100 does nothing here: it sets the width of fully connected blocks, and --arch cnn "
+     "builds conv blocks of --channels filters; leave --hidden out"),
 ], ids=["depth-0", "missing-data", "compare-out-below-a-file", "paper-out-below-a-file", "batch-over-subset",
-        "hidden-ten-million"])
+        "hidden-ten-million", "channels-with-mlp", "hidden-with-cnn"])
 def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_path, args, message):
     (tmp_path / "notes.txt").write_text("a file\n")
     tiny_mnist(tmp_path)

@@ -156,6 +156,17 @@ def test_a_run_too_short_for_a_rate_shows_a_dash_and_why_never_nan(tmp_path):
     assert (tmp_path / "out" / "results.md").read_text().rstrip().endswith(NO_RATE)
 
 
+def test_a_generator_option_without_a_dni_schedule_is_warned_of_and_the_run_goes_on(tmp_path):
+    result = run_parallel(tmp_path, *TINY, "--schedules", "backprop", "--workers", "1", "--staleness", "2",
+                          "--data", str(tiny_mnist(tmp_path)), "--out", "out")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[:2] == [
+        "sgrad parallel: warning: --staleness 2 does nothing here: it sets the generators, and --schedules backprop "
+        "trains none; add dni or cdni to --schedules, or leave --staleness out",
+        "sgrad parallel: warning: --generator-hidden 8 does nothing here: it sets the generators, and --schedules "
+        "backprop trains none; add dni or cdni to --schedules, or leave --generator-hidden out"]
+
+
 def test_examples_per_second_count_from_the_first_evaluation_to_the_last():
     assert examples_per_second({"iteration": [100], "evaluation_time": [5.0]}, 256) is None
     history = {"iteration": [100, 200, 300], "evaluation_time": [5.0, 7.0, 9.0]}

@@ -154,6 +154,10 @@ def test_a_checkpoint_whose_curriculum_is_damaged_is_refused_in_one_line_naming_
     (["--target-windows", "0"], "argument --target-windows: must be at least 1; got 0"),
     (["--targets", "true", "--target-windows", "2"], "generator_targets='true' backpropagates through every later "
                                                      "step already; target_windows=2 asks for n-step"),
+    (["--methods", "bptt", "--target-windows", "2"], "sgrad rnn: error: --target-windows 2 does nothing here: it sets "
+                                                     "the DNI generator, and --methods bptt trains none; add dni to "
+                                                     "--methods, or leave --target-windows out"),
+    (["--methods", "bptt", "--synthetic-scale", "0.5"], "--synthetic-scale 0.5 does nothing here"),
 ])
 def test_a_bad_argument_exits_2_with_one_line_saying_what_came(tmp_path, args, message):
     result = run_sgrad(tmp_path, *args)
