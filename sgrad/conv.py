@@ -100,7 +100,7 @@ class Conv2d(WeightsAndBias):
         self.stride = validation.check_integer(stride, "stride")
         self.padding = validation.check_integer(padding, "padding", minimum=0)
         init = validation.check_choice(init, "init", INITIALIZERS)
-        self.dtype = validation.check_float_dtype(dtype)
+        self.dtype = validation.check_trainable_dtype(dtype, "a Conv2d")
         rng = validation.make_rng(seed, rng)
         kernel_height, kernel_width = self.kernel_size
         fan_in = self.in_channels * kernel_height * kernel_width

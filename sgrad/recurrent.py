@@ -113,7 +113,7 @@ class Recurrent(OwnParameters):
         self.input_dim = validation.check_integer(input_dim, "input_dim")
         self.hidden_dim = validation.check_integer(hidden_dim, "hidden_dim")
         init = validation.check_choice(init, "init", INITIALIZERS)
-        self.dtype = validation.check_float_dtype(dtype)
+        self.dtype = validation.check_trainable_dtype(dtype, f"an {type(self).__name__}")
         rng = validation.make_rng(seed, rng)
         width = self.gates * self.hidden_dim
         validation.check_bytes((self.input_dim + self.hidden_dim) * width * self.dtype.itemsize,

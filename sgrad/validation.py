@@ -20,8 +20,8 @@ from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, chec
 
 __all__ = ["MAX_ARRAY_BYTES", "Seed", "check_array_type", "check_batch", "check_bool", "check_bytes", "check_choice",
            "check_condition", "check_feature_maps", "check_fits_dtype", "check_float_dtype", "check_integer",
-           "check_labels", "check_learning_rate", "check_number", "check_record", "check_same_shape", "check_widths",
-           "make_rng"]
+           "check_labels", "check_learning_rate", "check_number", "check_record", "check_same_shape",
+           "check_trainable_dtype", "check_widths", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 
@@ -77,6 +77,20 @@ def check_float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
         raise TypeError(f"{name} must be a floating type such as np.float64; got {dtype!r}") from None
     if resolved.kind != "f":
         raise TypeError(f"{name} must be a floating type such as np.float64; got {resolved}")
+    return resolved
+
+
+def check_trainable_dtype(dtype: Any, what: str) -> np.dtype:
+    """Return ``np.dtype(dtype)`` if ``what`` (e.g. 'an LSTM') can train in it: a floating type of 32 bits or more.
+
+    float16's largest number is 65504: the sums of a recurrent or convolutional backward pass exceed it
+    on ordinary data, and the update that follows writes NaN into the weights.
+    """
+    resolved = check_float_dtype(dtype)
+    if resolved.itemsize < 4:
+        raise TypeError(f"{what} cannot train in {resolved}: its largest number, {float(np.finfo(resolved).max):g}, is "
+                        f"soon exceeded by the sums of a backward pass, and the update would then write NaN into the "
+                        "weights; use np.float32 or np.float64")
     return resolved
 
 
