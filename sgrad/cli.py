@@ -8,11 +8,13 @@
 ``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
-line and exit status 130; the checkpoints make a rerun carry on.
+line and exit status 130, and SIGTERM (from ``timeout`` or a job scheduler) the same way
+with status 143; the checkpoints make a rerun carry on.
 """
 
 import argparse
 import pathlib
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -54,6 +56,19 @@ FILES = {  # what each command writes into its --out folder
 }
 WRITES = {command: f"{', '.join(names[:-1])} and {names[-1]}" for command, names in FILES.items()}
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
+TERMINATED = 143  # and by SIGTERM (128 + SIGTERM), which `timeout` and job schedulers send
+
+
+_terminated: list[int] = []  # SIGTERM came: the KeyboardInterrupt that ends the command is its
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM ends a command as Ctrl-C does: every ``except KeyboardInterrupt`` and ``finally`` runs.
+
+    (While ``sgrad grade`` runs a kernel, its grader takes SIGTERM as it takes Ctrl-C.)
+    """
+    _terminated.append(signum)
+    raise KeyboardInterrupt
 
 
 def print_progress(line: str) -> None:
@@ -324,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         if args.command == "grade":
             return grader.run(args)
@@ -335,8 +351,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"sgrad {args.command}: error: {error}\n")
     except WorkerFailed as error:  # a worker of sgrad parallel raised or died: every worker has stopped
         parser.exit(1, f"sgrad {args.command}: {error}\n")
-    except KeyboardInterrupt:
-        parser.exit(INTERRUPTED, f"sgrad {args.command}: interrupted; {_after_interrupt(args)}\n")
+    except KeyboardInterrupt as stop:  # the grader's names the signals that stopped it
+        terminated = bool(_terminated) or signal.SIGTERM in stop.args
+        how, status = ("terminated", TERMINATED) if terminated else ("interrupted", INTERRUPTED)
+        parser.exit(status, f"sgrad {args.command}: {how}; {_after_interrupt(args)}\n")
     print(table)
     written = [name for name in FILES[args.command] if _written_since(pathlib.Path(args.out, name), started)]
     if written:

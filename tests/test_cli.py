@@ -20,6 +20,7 @@ from conftest import started, tiny_mnist
 from matplotlib.image import imread
 
 import sgrad
+from sgrad.checkpoint import load_checkpoint
 from sgrad.experiments.binary_addition import METHODS
 
 SGRAD = Path(sys.executable).parent / "sgrad"
@@ -374,3 +375,27 @@ def test_ctrl_c_ends_with_one_line_status_130_and_no_process_left(tmp_path):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["dni.npz"]  # whole: no temporary file left
     with pytest.raises(ProcessLookupError):
         os.killpg(run.pid, 0)  # the command's process group is empty: no child outlived it
+
+
+@pytest.mark.parametrize("command", ["compare", "rnn"])
+def test_sigterm_ends_a_command_as_ctrl_c_does_with_status_143_and_a_whole_checkpoint(tmp_path, command):
+    """As `timeout` or a job scheduler sends it: to the whole process group."""
+    out = tmp_path / "out"
+    arguments = ({"compare": [*TINY, "--methods", "dni", "--epochs", "100000", "--checkpoint-every", "2"],
+                  "rnn": [*TINY_COMMANDS["rnn"], "--steps", "100000000", "--checkpoint-every", "2"]}[command])
+    with started([str(SGRAD), command, *arguments, "--out", str(out)], cwd=tmp_path) as run:
+        first = run.stderr.readline()
+        assert first.startswith("[dni] epoch 1/100000" if command == "compare" else "[copy, bptt, T=2, seed 0] step 2/")
+        deadline = time.monotonic() + 60
+        while not list(out.glob("checkpoints/*.npz")) and time.monotonic() < deadline:  # a checkpoint to keep whole
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGTERM)
+        stdout, rest = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert stdout == ""
+    assert [line for line in rest.splitlines() if not line.startswith("[")] == [
+        f"sgrad {command}: terminated; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
+    [checkpoint] = (out / "checkpoints").iterdir()  # whole: no temporary file left
+    assert load_checkpoint(checkpoint).metadata["step"] > 0
+    with pytest.raises(ProcessLookupError):
+        os.killpg(run.pid, 0)

@@ -167,6 +167,24 @@ def test_a_generator_option_without_a_dni_schedule_is_warned_of_and_the_run_goes
         "backprop trains none; add dni or cdni to --schedules, or leave --generator-hidden out"]
 
 
+def test_sigterm_ends_with_one_line_status_143_no_leaked_semaphore_and_no_worker_left(tmp_path):
+    out = tmp_path / "out"
+    with started([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", "dni", "--workers", "2",
+                  "--checkpoint-every", "3", "--data", str(tiny_mnist(tmp_path)), "--out", str(out)],
+                 cwd=tmp_path) as run:
+        run.stderr.readline()
+        second = run.stderr.readline()  # after the checkpoint at iteration 3
+        assert second.startswith("[dni, 2 workers] iteration 6/1000000  train loss "), second
+        os.killpg(run.pid, signal.SIGTERM)  # as `timeout` sends it: to the whole group, the workers too
+        stdout, rest = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert stdout == ""
+    assert [line for line in rest.splitlines() if not line.startswith("[dni, 2 workers] iteration")] == [
+        f"sgrad parallel: terminated; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
+    assert_group_ends(run.pid, "the command's group")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["dni-2.npz"]
+
+
 def test_examples_per_second_count_from_the_first_evaluation_to_the_last():
     assert examples_per_second({"iteration": [100], "evaluation_time": [5.0]}, 256) is None
     history = {"iteration": [100, 200, 300], "evaluation_time": [5.0, 7.0, 9.0]}

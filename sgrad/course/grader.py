@@ -25,7 +25,7 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .checkers import CheckResult
@@ -113,7 +113,7 @@ def grade(path: pathlib.Path, *, timeout: int = TIMEOUT) -> Grades:
     for attempt in range(1, KERNEL_STARTS + 1):
         run = _run_once(notebook, path, timeout)
         if run.interrupted:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt(*run.interrupted)  # the signals that stopped it: SIGINT, or SIGTERM
         if run.started:
             break
         # The kernel never answered: not the notebook's fault.  Kernels started side by side can race for
@@ -139,7 +139,7 @@ class _Run:
     notebook: Any            # the executed copy, outputs included
     started: bool = False    # the kernel answered, and the cells began to run
     died: bool = False       # the kernel went away before the last check finished
-    interrupted: bool = False
+    interrupted: list[int] = field(default_factory=list)  # the signals that stopped the run
     error: str = ""          # why nbclient stopped early, if it did
     kernel_said: str = ""    # the last line the kernel process wrote to its own stdout or stderr
 
@@ -174,7 +174,7 @@ def _run_once(notebook: Any, path: pathlib.Path, timeout: int) -> _Run:
     # nbclient has cleaned up by now, and its exit hook would fail on a kernel already given up.  (On Ctrl-C
     # before the kernel answered, the hook stays: it is what ends that kernel.)
     atexit.unregister(client._cleanup_kernel)
-    run.interrupted = bool(interrupted)  # nbclient has shut the kernel down by now
+    run.interrupted = interrupted  # nbclient has shut the kernel down by now
     return run
 
 
@@ -193,8 +193,8 @@ def _interruptible(client: Any, run: _Run) -> list[int]:
     """
     interrupted: list[int] = []
 
-    def on_interrupt() -> None:
-        interrupted.append(signal.SIGINT)
+    def on_interrupt(signum: int) -> None:
+        interrupted.append(signum)
         pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -204,7 +204,8 @@ def _interruptible(client: Any, run: _Run) -> list[int]:
         run.started = True
         # nbclient removes the loop's SIGINT handler when the run ends, whoever installed it.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals here: not the main thread
-            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_interrupt)
+            for signum in (signal.SIGINT, signal.SIGTERM):  # SIGTERM (`timeout`, a job scheduler) as Ctrl-C
+                asyncio.get_running_loop().add_signal_handler(signum, on_interrupt, signum)
 
     def refuse_when_interrupted(**_: Any) -> None:
         if interrupted:
