@@ -279,7 +279,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="local processes (default) or Ray actors (pip install 'sgrad[ray]')")
     par.add_argument("--ray-address", default=None,
                      help="the Ray cluster to run on, e.g. HEAD_NODE:6379 (default: a Ray started for each run "
-                          "on this machine)")
+                          "on this machine); with Ray's token authentication, the token in RAY_AUTH_TOKEN, "
+                          "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token is used")
     par.add_argument("--budget", type=_positive_float, default=60.0,
                      help="wall-clock seconds at which the table reads each run's test accuracy (default 60)")
     par.add_argument("--depth", type=_int_at_least(2), default=PAPER_DEFAULTS.depth,
@@ -347,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started = time.time()
         check_out_dir(args.out, "--out")
         table = command(args)
-    except (ValueError, TypeError, OSError) as error:
+    except (ValueError, TypeError, OSError, ImportError) as error:  # ImportError: a broken Ray, in its own words
         parser.exit(2, f"sgrad {args.command}: error: {error}\n")
     except WorkerFailed as error:  # a worker of sgrad parallel raised or died: every worker has stopped
         parser.exit(1, f"sgrad {args.command}: {error}\n")
