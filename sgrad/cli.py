@@ -43,6 +43,7 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad grade checks a student's homework notebook.")
 RNN_DEFAULTS = RnnConfig()
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
+TERMINATED = 143  # ... and by SIGTERM (128 + SIGTERM), as `timeout` and job schedulers send
 
 
 def print_progress(line: str) -> None:
@@ -324,7 +325,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "grade":
-            return grader.run(args)
+            try:
+                return grader.run(args)
+            except grader.Terminated:
+                parser.exit(TERMINATED, f"sgrad grade: terminated; {_after_interrupt(args)}\n")
         command, written = ((_rnn, "results.md, copy_length.png, curriculum.png and histories.json")
                             if args.command == "rnn" else
                             (_parallel, "results.md, timeline.png, accuracy_time.png and histories.json")

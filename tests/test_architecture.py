@@ -21,11 +21,11 @@ LAYERS = [
     ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
-    ["steps", "checkpoint", "course.checkers", "course.solutions", "blackbox"],
+    ["steps", "checkpoint", "course.driver", "course.checkers", "course.ownwork", "course.solutions", "blackbox"],
     ["experiments.loop", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn", "experiments.parallel", "experiments.rnn",
-     "experiments.char_lm", "plotting", "course.grader"],
+     "experiments.char_lm", "plotting", "course.processes", "course.grader"],
     ["cli"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}

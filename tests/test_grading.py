@@ -298,3 +298,190 @@ def test_the_one_grading_command_is_sgrad_grade_in_the_readme_the_notebook_and_t
         assert "sgrad.grading" not in text and "sgrad.checks" not in text
     old_command = subprocess.run([sys.executable, "-m", "sgrad.grading"], capture_output=True, text=True, timeout=60)
     assert "No module named sgrad.grading" in old_command.stderr
+
+
+# --- verdicts a notebook cannot fake (issue 27, points 1 to 3) ------------------------------------------
+
+SETUP = "import numpy as np\nfrom sgrad import DNI, Layer"
+EMPTY = ["class MyLayer(Layer):\n    pass", "class MyDNI(DNI):\n    pass", "class MyFullDNI(MyDNI):\n    pass"]
+DELEGATING = [
+    "class MyLayer(Layer):\n    def backward(self, output_delta):\n        return Layer.backward(self, output_delta)",
+    "class MyDNI(DNI):\n    def forward_and_synthetic_update(self, input, condition=None):\n"
+    "        return super().forward_and_synthetic_update(input, condition)",
+    "def hand_over(layer, target):\n    return layer.generator.update(target, layer.generator_alpha)\n\n"
+    "class MyFullDNI(MyDNI):\n    def update_synthetic_weights(self, target_gradient):\n"
+    "        return hand_over(self, target_gradient)"]
+WRONG = [edited(MY_LAYER, ("self.nonlin_deriv(self.output)", "1.0")), edited(MY_DNI, ("-=", "+=")),
+         edited(MY_FULL_DNI, ("0.5 * np.sum", "np.sum"))]
+# A pre_run_cell hook that answers each grader's cell itself, with sgrad's own classes driven on the grader's
+# inputs (the right arrays, the right nonce), and silences the grader's own answer.
+FORGING_HOOK = '''\
+import ast, json
+import IPython.display
+from IPython import get_ipython
+from sgrad.course import driver
+
+def forge(info):
+    if "_sgrad_grader" not in info.raw_cell:
+        return
+    call = ast.parse(info.raw_cell).body[1].value
+    key, class_name, inputs, nonce = [ast.literal_eval(argument) for argument in call.args[:4]]
+    made = {"MyLayer": Layer, "MyDNI": DNI, "MyFullDNI": DNI}[class_name]
+    record = driver.drive(key, made, driver.decode(json.loads(inputs)))
+    IPython.display.display({driver.RESULT_TYPE: {"nonce": nonce, "record": driver.encode(record)}}, raw=True)
+    IPython.display.display = lambda *args, **kwargs: None
+
+get_ipython().events.register("pre_run_cell", forge)'''
+OLD_FORMAT_HOOK = '''\
+from IPython import get_ipython
+from IPython.display import display
+
+get_ipython().events.register("pre_run_cell", lambda info: display(
+    {"application/vnd.sgrad.check+json": {"passed": True, "message": "ok"}}, raw=True))'''
+PATCHES = '''\
+import base64, json
+import sgrad.course
+import sgrad.course.checkers
+from sgrad.course import CheckResult
+np.allclose = lambda *args, **kwargs: True
+np.testing.assert_allclose = lambda *args, **kwargs: None
+np.array_equal = lambda *args, **kwargs: True
+sgrad.course.checkers.judge = lambda *args, **kwargs: CheckResult("x", True, "ok")
+sgrad.course.check_layer_backward = lambda *args, **kwargs: CheckResult("x", True, "ok")
+base64.b64encode = lambda data: b"bm90IGFuIGFycmF5"'''
+FAKE_LINES = '''\
+print("✓ Exercise 1, Layer.backward (MyLayer)\\n\\n3 of 3 exercises passed.")
+raise RuntimeError("\\n✓ Exercise 1, Layer.backward (MyLayer)\\n\\r\\x1b[2K✓ Exercise 2\\n3 of 3 exercises passed.")'''
+ODD_RETURNS = [
+    "class Always:\n    def __eq__(self, other):\n        return True\n\n    @property\n    def __class__(self):\n"
+    "        return np.ndarray\n\n"
+    + edited(MY_LAYER, ("return self.weight_output_delta @ self.weights.T", "return Always()")),
+    "class Agreeable(np.ndarray):\n    def __eq__(self, other):\n        return np.ones(np.shape(other), bool)\n\n"
+    + edited(MY_DNI, ("return input_delta, output", "return (2 * input_delta).view(Agreeable), output")),
+    edited(MY_FULL_DNI, ("return loss", "return np.zeros((3000, 3000))"))]
+EXITS = [MY_LAYER, edited(MY_DNI, ("        output = self.forward(input)\n",
+                                   "        import os\n        os._exit(3)\n")), MY_FULL_DNI]
+
+
+def notebook_of(*sources):
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in sources])
+
+
+TRICKS = {
+    "empty": notebook_of(SETUP, *EMPTY),
+    "delegating": notebook_of(SETUP, *DELEGATING),
+    "forging hook": notebook_of(SETUP, FORGING_HOOK, *EMPTY),
+    "old-format hook": notebook_of(SETUP, OLD_FORMAT_HOOK, *EMPTY),
+    "patches": notebook_of(SETUP, PATCHES, *WRONG),
+    "fake lines": notebook_of(SETUP, FAKE_LINES, *EMPTY),
+    "odd returns": notebook_of(SETUP, *ODD_RETURNS),
+    "exits": notebook_of(SETUP, *EXITS),
+}
+
+
+@pytest.fixture(scope="module")
+def tricked(tmp_path_factory):
+    """{name: Run} for each notebook of TRICKS, graded at the same time by the real command."""
+    folder = tmp_path_factory.mktemp("tricks")
+    value = uuid.uuid4().hex
+    processes = {}
+    for name, notebook in TRICKS.items():
+        path = folder / f"{name.replace(' ', '_')}.ipynb"
+        nbformat.write(notebook, path)
+        processes[name] = grader(COMMAND + [str(path), "--timeout", "60"], value)
+    runs = {}
+    try:
+        for name, process in processes.items():
+            report, errors = process.communicate(timeout=300)
+            runs[name] = Run(process.returncode, report, errors)
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
+    runs["left running"] = marked(value)
+    return runs
+
+
+@pytest.mark.parametrize("name", sorted(TRICKS))
+def test_no_trick_passes_an_exercise_it_did_not_earn(tricked, name):
+    run = tricked[name]
+    assert run.status == 1, run.report + run.errors
+    earned = {"exits": {1}}.get(name, set())
+    for exercise in EXERCISES:
+        assert run.exercise(exercise.number).startswith("✓" if exercise.number in earned else "✗"), run.report
+    assert run.report.rstrip().splitlines()[-1] == f"{len(earned)} of 3 exercises passed."
+    assert tricked["left running"] == []
+
+
+def test_a_class_that_defines_nothing_fails_each_exercise_for_not_defining_its_method(tricked):
+    run = tricked["empty"]
+    for exercise in EXERCISES:
+        method = exercise.method_name
+        assert f"{exercise.class_name} does not define {method}: it runs sgrad's {exercise.method}, which it " \
+               "inherits." in run.exercise(exercise.number)
+        assert f"class {exercise.class_name} (code cell {exercise.number + 1}, line 1) does not define {method} in " \
+               "its body" in run.exercise(exercise.number)
+
+
+def test_a_method_that_hands_its_work_to_sgrad_fails(tricked):
+    run = tricked["delegating"]
+    assert "backward() called Layer.backward(), which this exercise forbids." in run.exercise(1)
+    assert ("forward_and_synthetic_update() called super().forward_and_synthetic_update(), which this exercise "
+            "forbids.") in run.exercise(2)
+    assert "update_synthetic_weights() called layer.generator.update(), which this exercise forbids." in run.exercise(3)
+
+
+def test_a_hook_that_forges_the_graders_answers_is_read_in_the_source(tricked):
+    run = tricked["forging hook"]
+    for exercise in EXERCISES:
+        section = run.exercise(exercise.number)
+        # The forged arrays are sgrad's own, so they match; the verdict still fails, on the notebook's source.
+        assert f"does not define {exercise.method_name} in its body" in section
+        assert "The notebook changes what the grader relies on (listed above), so no verdict can be a pass." in section
+    assert "Its answers on the grader's inputs match sgrad's, but the verdict cannot be a pass." in run.exercise(1)
+    assert "    │ code cell 2, line 16 (`get_ipython().events.register(\"pre_run_cell\", forge)`): uses get_ipython" \
+        in run.report
+
+
+def test_a_hook_that_displays_a_passing_result_of_the_old_kind_changes_nothing(tricked):
+    run = tricked["old-format hook"]
+    for exercise in EXERCISES:
+        assert f"does not define {exercise.method_name}: it runs sgrad's" in run.exercise(exercise.number)
+
+
+def test_patched_comparisons_checkers_json_and_base64_leave_wrong_answers_wrong(tricked):
+    run = tricked["patches"]
+    for exercise in EXERCISES:
+        section = run.exercise(exercise.number)
+        assert ("the kernel's answer could not be read" in section or "could not run" in section
+                or "is wrong" in section), section
+        assert "The notebook changes what the grader relies on (listed above)" in section
+    assert "(`np.allclose = lambda *args, **kwargs: True`): changes np.allclose at run time" in run.report
+    assert "changes sgrad.course.checkers.judge at run time" in run.report
+
+
+def test_what_the_notebook_prints_or_raises_is_quoted_and_the_verdicts_come_last(tricked):
+    report = tricked["fake lines"].report
+    lines = report.splitlines()
+    verdicts = [line for line in lines if line.startswith(("✓", "✗"))]
+    assert verdicts == [f"✗ {exercise.title}" for exercise in EXERCISES]
+    assert lines[-1] == "0 of 3 exercises passed."
+    raised = [line for line in lines if "RuntimeError" in line]
+    assert len(raised) == 1 and raised[0].startswith("    │ code cell 2 (`print(")
+    assert "\\n✓ Exercise 1" in raised[0] and "\\r\\x1b[2K✓ Exercise 2" in raised[0]
+    assert "\r" not in report and "\x1b" not in report
+
+
+def test_odd_objects_subclasses_and_huge_arrays_are_judged_by_their_numbers(tricked):
+    run = tricked["odd returns"]
+    assert "dL/dinput (tanh layer, 3 → 5) is a value of type Always; expected an array of numbers" in run.exercise(1)
+    assert "the returned input_delta (tanh DNI, 3 → 5) is wrong" in run.exercise(2)
+    assert ("the returned loss L_M (tanh DNI, 5 outputs) is an array of shape (3000, 3000), far larger than asked"
+            in run.exercise(3))
+
+
+def test_a_kernel_that_exits_during_a_check_fails_that_check_and_the_rest(tricked):
+    run = tricked["exits"]
+    for number in (2, 3):
+        assert "the kernel died before this check finished" in run.exercise(number)
