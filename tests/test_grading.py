@@ -485,3 +485,87 @@ def test_a_kernel_that_exits_during_a_check_fails_that_check_and_the_rest(tricke
     run = tricked["exits"]
     for number in (2, 3):
         assert "the kernel died before this check finished" in run.exercise(number)
+
+
+# --- limits that hold (issue 27, points 4 and 5) ----------------------------------------------------------
+
+
+def running(argument):
+    """The pids of the processes whose command line holds ``argument``."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and argument.encode() in (entry / "cmdline").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def graded_alone(tmp_path, *sources, options=()):
+    path = tmp_path / "handed_in.ipynb"
+    nbformat.write(notebook_of(*sources), path)
+    start = time.monotonic()
+    run = subprocess.run(COMMAND + [str(path), *options], capture_output=True, text=True, timeout=300)
+    return Run(run.returncode, run.stdout, run.stderr), time.monotonic() - start
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds processes through /proc")
+def test_a_cell_that_ignores_the_interrupt_is_killed_after_the_grace_and_the_rest_is_graded(tmp_path):
+    loop = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass"
+    run, seconds = graded_alone(tmp_path, SETUP, loop, MY_LAYER, MY_DNI, MY_FULL_DNI, options=["--timeout", "3"])
+    assert run.status == 0, run.report + run.errors
+    assert ("    │ code cell 2 (`import signal`): killed: it ran past --timeout 3 s and went on 5 s after the "
+            "interrupt; the grader ran the notebook again without it") in run.report
+    assert run.report.rstrip().endswith("3 of 3 exercises passed.")
+    assert seconds < 3 + 5 + 60
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds processes through /proc")
+def test_a_check_that_ignores_the_interrupt_is_killed_and_fails_alone(tmp_path):
+    looping = edited(MY_DNI, ("        output = self.forward(input)\n",
+                              "        import signal\n        signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                              "        while True:\n            pass\n"))
+    run, _ = graded_alone(tmp_path, SETUP, MY_LAYER, looping, MY_FULL_DNI, options=["--timeout", "3"])
+    assert run.status == 1
+    assert run.exercise(2) == ("✗ Exercise 2, DNI.forward_and_synthetic_update (MyDNI)\n    the check did not finish "
+                               "within 3 s, and ignored the interrupt for 5 s more: it was killed. Does "
+                               "DNI.forward_and_synthetic_update loop forever?")
+    assert run.exercise(1).startswith("✓") and run.exercise(3).startswith("✓")
+
+
+def test_a_cell_that_allocates_past_the_memory_limit_fails_with_memory_error(tmp_path):
+    run, _ = graded_alone(tmp_path, SETUP, "x = np.ones(2**28)  # 2 GiB", MY_LAYER, MY_DNI, MY_FULL_DNI,
+                          options=["--memory", "1024"])
+    assert "    │ code cell 2 (`x = np.ones(2**28)  # 2 GiB`): MemoryError: Unable to allocate 2.00 GiB" in run.report
+    assert run.status == 0, run.report
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds processes through /proc")
+def test_every_process_the_notebook_started_ends_with_grading(tmp_path):
+    tag = str(4000 + uuid.uuid4().int % 1000)
+    detached = (f"import os, subprocess\nsubprocess.Popen(['sleep', '{tag}.1'], start_new_session=True)\n"
+                f"subprocess.Popen(['sleep', '{tag}.2'], start_new_session=True, env={{}})\n"
+                f"if os.fork() == 0:\n    os.setsid()\n    subprocess.Popen(['sleep', '{tag}.3'])\n    os._exit(0)")
+    run, _ = graded_alone(tmp_path, SETUP, detached, MY_LAYER)
+    assert "code cell 2" not in run.report, run.report
+    assert running(f"{tag}.1") == running(f"{tag}.2") == running(f"{tag}.3") == []
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds processes through /proc")
+def test_sigterm_prints_one_line_exits_143_and_ends_the_kernel(tmp_path):
+    notebook = tmp_path / "loops.ipynb"
+    nbformat.write(notebook_of("import time\nwhile True:\n    time.sleep(0.05)"), notebook)
+    value = uuid.uuid4().hex
+    with started(COMMAND + [str(notebook)], env={**os.environ, MARK: value}) as run:
+        deadline = time.monotonic() + 60
+        while len(marked(value)) < 2:  # the grader and its kernel
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.2)
+        time.sleep(2)  # the kernel is into the endless cell
+        run.send_signal(signal.SIGTERM)
+        report, errors = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert report == ""
+    assert errors == "sgrad grade: terminated; nothing was graded; the notebook is as it was\n"
+    assert marked(value) == []

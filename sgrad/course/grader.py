@@ -153,7 +153,9 @@ def grade(path: pathlib.Path, *, timeout: int = TIMEOUT, memory: int = MEMORY) -
         results.setdefault(exercise.key, CheckResult(exercise.title, False, (
             f"not checked: the notebook's cells were killed {len(killed)} times for running past --timeout")))
     seconds = time.perf_counter() - start
-    errors = [f"{place}: {error}" for place, _, error in _cell_errors(student_cells)]
+    errors = [f"{place}: {error}" for place, _, error in _cell_errors(notebook.cells, killed, timeout)]
+    errors += [f"{place}: {error}" for place, _, error in _cell_errors(student_cells) if place not in
+               {place for place, _, _ in _cell_errors(notebook.cells, killed, timeout)}]
     refused = [checkers._one_line(str(finding)) for finding in found.notebook]
     return Grades([results[exercise.key] for exercise in EXERCISES], errors, seconds, refused)
 
@@ -211,7 +213,6 @@ def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
                      km=_kernel_manager(kernel_name="python3", memory_bytes=memory * 2**20))
     client.run, client.token = run, token
     interrupted = _interruptible(client, run)
-    _RUNNING[token] = client
     # What the student's code prints reaches the notebook through the kernel's messages.  The kernel
     # process's own stdout and stderr carry only its log (at shutdown, ipykernel can log a traceback
     # from a socket it has already closed), so they go to a file, not into the report.
@@ -225,8 +226,9 @@ def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
             run.died = run.started
             run.error = f"{type(error).__name__}: {error}".rstrip(": ")
         finally:
-            del _RUNNING[token]
             processes.end(token, client.kernel_pid)
+            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # nbclient's clean-up left the default
+                signal.signal(signal.SIGTERM, _on_sigterm)
         kernel_output.seek(0)
         lines = kernel_output.read().decode(errors="replace").strip().splitlines()
         run.kernel_said = lines[-1].strip() if lines else ""
@@ -238,20 +240,13 @@ def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
     return run
 
 
-_RUNNING: dict[str, Any] = {}  # token: the client of each kernel in use
-
-
 class Terminated(KeyboardInterrupt):
     """SIGTERM while grading: handled as Ctrl-C is (one line, no verdicts), with exit status 143."""
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
-    """End every kernel in use at once; a run in progress then raises Terminated, else it is raised here."""
-    for client in list(_RUNNING.values()):
-        client.interrupted.append(signal.SIGTERM)
-        processes.end(client.token, client.kernel_pid)
-    if not _RUNNING:
-        raise Terminated
+    """SIGTERM outside a kernel's run (the loop of a run has a handler of its own, which ends its kernel)."""
+    raise Terminated
 
 
 def _kernel_manager_class() -> Any:
@@ -336,11 +331,16 @@ def _interruptible(client: Any, run: _Run) -> list[int]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGINT if len(interrupted) == 1 else signal.SIGKILL)
 
+    def on_terminate() -> None:
+        interrupted.append(signal.SIGTERM)
+        processes.end(client.token, client.kernel_pid)
+
     def listen(**_: Any) -> None:
         run.started = True
-        # nbclient removes the loop's SIGINT handler when the run ends, whoever installed it.
+        # nbclient removes the loop's SIGINT and SIGTERM handlers when the run ends, whoever installed them.
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals here: not the main thread
             asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_interrupt)
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_terminate)
 
     def refuse_when_interrupted(**_: Any) -> None:
         if interrupted:
@@ -427,13 +427,19 @@ def _check_shape(record):
         raise ValueError("no cases")
 
 
-def _cell_errors(cells):
+def _cell_errors(cells, killed=(), timeout=None):
     """``(place, source, error)`` for each code cell that raised: "code cell 3 (`class MyLayer(Layer):`)",
-    its source, and "NameError: ...", each on one line with the notebook's own text escaped."""
-    code_cells = [cell for cell in cells if cell.cell_type == "code"]
-    for number, cell in enumerate(code_cells, start=1):
+    its source, and "NameError: ...", each on one line with the notebook's own text escaped; or, given the
+    indices of the ``killed`` cells, for each of those."""
+    code_cells = [(index, cell) for index, cell in enumerate(cells) if cell.cell_type == "code"]
+    for number, (index, cell) in enumerate(code_cells, start=1):
         first_line = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-        for output in cell.get("outputs", []):
+        if index in killed:
+            yield (f"code cell {number} (`{checkers._one_line(first_line, 60)}`)", cell.source,
+                   f"killed: it ran past --timeout {timeout} s and went on {GRACE} s after the interrupt; "
+                   "the grader ran the notebook again without it")
+            continue
+        for output in cell.get("outputs", []) if not killed else []:
             if output["output_type"] == "error":
                 yield (f"code cell {number} (`{checkers._one_line(first_line, 60)}`)", cell.source,
                        f"{checkers._one_line(output['ename'], 60)}: {checkers._one_line(output['evalue'])}")

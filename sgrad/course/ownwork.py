@@ -38,7 +38,7 @@ DYNAMIC_NAMES = frozenset({"exec", "eval", "compile", "__import__", "globals", "
 MACHINERY_MODULES = frozenset({"builtins", "importlib", "inspect", "gc", "ctypes", "types", "IPython", "ipykernel",
                                "traitlets", "zmq", "jupyter_client", "code", "codeop", "runpy", "pickle", "marshal",
                                "dill", "cloudpickle", "copyreg", "threading", "_thread", "ast", "dis", "operator",
-                               "functools", "atexit", "signal", "sitecustomize", "site"})
+                               "functools", "sitecustomize", "site"})
 SYS_MACHINERY = frozenset({"modules", "meta_path", "path_hooks", "path_importer_cache", "settrace", "setprofile",
                            "_getframe", "addaudithook", "displayhook", "excepthook", "_current_frames", "stdout",
                            "stderr", "stdin", "__stdout__", "__stderr__"})
