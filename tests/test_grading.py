@@ -569,3 +569,19 @@ def test_sigterm_prints_one_line_exits_143_and_ends_the_kernel(tmp_path):
     assert report == ""
     assert errors == "sgrad grade: terminated; nothing was graded; the notebook is as it was\n"
     assert marked(value) == []
+
+
+# --- where the notebook runs (issue 27, point 6) ----------------------------------------------------------
+
+
+def test_the_notebook_runs_in_a_scratch_copy_of_its_folder(tmp_path):
+    (tmp_path / "data.txt").write_text("beside the notebook")
+    cell = ("import os, pathlib\n"
+            "assert pathlib.Path('data.txt').read_text() == 'beside the notebook'\n"
+            "pathlib.Path('written.txt').write_text('by the notebook')\n"
+            "pathlib.Path('data.txt').unlink()\n"
+            f"assert os.getcwd() != {str(tmp_path)!r}")
+    run, _ = graded_alone(tmp_path, SETUP, cell, MY_LAYER)
+    assert "code cell 2" not in run.report, run.report
+    assert "in a scratch copy of its folder" in run.report
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["data.txt", "handed_in.ipynb"]

@@ -87,8 +87,8 @@ class Grades:
         return all(result.passed for result in self.results)
 
     def __str__(self) -> str:
-        lines = [f"The notebook ran in {self.seconds:.1f} s (with SGRAD_SMOKE=1), then the grader drove its "
-                 f"{len(self.results)} exercises on inputs of its own."]
+        lines = [f"The notebook ran in {self.seconds:.1f} s (with SGRAD_SMOKE=1, in a scratch copy of its folder), "
+                 f"then the grader drove its {len(self.results)} exercises on inputs of its own."]
         if self.cell_errors:
             lines += ["Cells that raised an error:"] + [QUOTE + error for error in self.cell_errors]
         if self.refused:
@@ -206,10 +206,12 @@ def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
         inputs=json.dumps(driver.encode(inputs[exercise.key])), nonce=nonces[exercise.key]))
         for exercise in pending]
     token = secrets.token_hex(8)
+    scratch = tempfile.TemporaryDirectory(prefix="sgrad-grade-")
+    folder = _scratch_copy(path, pathlib.Path(scratch.name))
     # The kernel's log level keeps its own warnings (one about TCP on every start) out of the report.
     client = _client(run.notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
                      interrupt_on_timeout=True, extra_arguments=["--log-level=ERROR"],
-                     resources={"metadata": {"path": str(path.parent)}},
+                     resources={"metadata": {"path": str(folder)}},
                      km=_kernel_manager(kernel_name="python3", memory_bytes=memory * 2**20))
     client.run, client.token = run, token
     interrupted = _interruptible(client, run)
@@ -227,6 +229,7 @@ def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
             run.error = f"{type(error).__name__}: {error}".rstrip(": ")
         finally:
             processes.end(token, client.kernel_pid)
+            scratch.cleanup()
             if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # nbclient's clean-up left the default
                 signal.signal(signal.SIGTERM, _on_sigterm)
         kernel_output.seek(0)
@@ -238,6 +241,27 @@ def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
     if interrupted:
         run.interrupted = Terminated() if signal.SIGTERM in interrupted else KeyboardInterrupt()
     return run
+
+
+SCRATCH_LIMIT = 100 * 2**20  # bytes of the notebook's folder copied for its kernel; a larger folder is not copied
+
+
+def _scratch_copy(path: pathlib.Path, scratch: pathlib.Path) -> pathlib.Path:
+    """A copy of the notebook's folder in ``scratch`` (of the notebook alone, if the folder holds more than
+    SCRATCH_LIMIT bytes or is not readable); returns the copy, where the kernel runs."""
+    import shutil
+
+    folder = scratch / path.parent.name
+    try:
+        size = sum(entry.stat().st_size for entry in path.parent.rglob("*") if entry.is_file())
+        if size > SCRATCH_LIMIT:
+            raise OSError("too large")
+        shutil.copytree(path.parent, folder, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        shutil.copy2(path, folder / path.name)
+    return folder
 
 
 class Terminated(KeyboardInterrupt):
