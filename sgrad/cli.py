@@ -4,7 +4,7 @@
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
-``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.course.grader`).
+``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.course.command`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
 line and exit status 130; the checkpoints make a rerun carry on.
@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
-from .course import grader
+from .course import command as grading
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
 from .experiments.loop import CHECKPOINT_FOLDER, DTYPES, check_out_dir
 from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
@@ -40,7 +40,7 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad paper runs the paper's MNIST experiments over methods and depths; "
                "sgrad parallel trains every block in its own worker, by each schedule, against wall-clock time; "
                "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
-               "sgrad grade checks a student's homework notebook.")
+               "sgrad grade grades students' homework notebooks.")
 RNN_DEFAULTS = RnnConfig()
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 TERMINATED = 143  # ... and by SIGTERM (128 + SIGTERM), as `timeout` and job schedulers send
@@ -314,9 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "interrupted cell carries on from there (default 1000; 0: no checkpoints)")
     rnn.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
-    grader.add_arguments(commands.add_parser(
-        "grade", help="run a student's homework notebook and check each exercise",
-        description=grader.DESCRIPTION))
+    grading.add_arguments(commands.add_parser(
+        "grade", help="run students' homework notebooks and grade each exercise",
+        description=grading.DESCRIPTION))
     return parser
 
 
@@ -326,8 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "grade":
             try:
-                return grader.run(args)
-            except grader.Terminated:
+                return grading.run(args)
+            except grading.Terminated:
                 parser.exit(TERMINATED, f"sgrad grade: terminated; {_after_interrupt(args)}\n")
         command, written = ((_rnn, "results.md, copy_length.png, curriculum.png and histories.json")
                             if args.command == "rnn" else
@@ -351,7 +351,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _after_interrupt(args: argparse.Namespace) -> str:
     """What a rerun of the interrupted command would do."""
     if args.command == "grade":
-        return "nothing was graded; the notebook is as it was"
+        if args.gradebook is None and len(args.notebooks) == 1 and args.notebooks[0].suffix == ".ipynb":
+            return "nothing was graded; the notebook is as it was"
+        return "nothing was graded; the notebooks are as they were, and no gradebook was written"
     if args.checkpoint_every:
         return f"rerun the same command to resume from the checkpoints in {pathlib.Path(args.out, CHECKPOINT_FOLDER)}"
     return "no checkpoints were kept (--checkpoint-every 0)"

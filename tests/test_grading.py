@@ -293,7 +293,7 @@ def test_the_one_grading_command_is_sgrad_grade_in_the_readme_the_notebook_and_t
     usage = subprocess.run([sys.executable, "-m", "sgrad", "--help"], capture_output=True, text=True, timeout=60)
     assert "sgrad grade path/to/08_homework.ipynb" in readme
     assert "`sgrad grade 08_homework.ipynb`" in student_page
-    assert "sgrad grade checks a student's homework notebook" in " ".join(usage.stdout.split())
+    assert "sgrad grade grades students' homework notebooks" in " ".join(usage.stdout.split())
     for text in (readme, student_page, usage.stdout):
         assert "sgrad.grading" not in text and "sgrad.checks" not in text
     old_command = subprocess.run([sys.executable, "-m", "sgrad.grading"], capture_output=True, text=True, timeout=60)
@@ -585,3 +585,90 @@ def test_the_notebook_runs_in_a_scratch_copy_of_its_folder(tmp_path):
     assert "code cell 2" not in run.report, run.report
     assert "in a scratch copy of its folder" in run.report
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data.txt", "handed_in.ipynb"]
+
+
+# --- a class at once (issue 27, point 7) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def classroom(tmp_path_factory):
+    """A folder of four notebooks graded by one command into a gradebook: right, wrong, not a notebook, hanging."""
+    folder = tmp_path_factory.mktemp("class")
+    nbformat.write(notebook_of(SETUP, MY_LAYER, MY_DNI, MY_FULL_DNI), folder / "ada.ipynb")
+    nbformat.write(notebook_of(SETUP, *WRONG), folder / "bob.ipynb")
+    (folder / "cy.ipynb").write_text("not a notebook")
+    nbformat.write(notebook_of(SETUP, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n"
+                               "    pass", MY_LAYER), folder / "dee.ipynb")
+    value = uuid.uuid4().hex
+    gradebook = folder / "grades.csv"
+    run = subprocess.run(COMMAND + [str(folder), "--jobs", "2", "--timeout", "3", "--gradebook", str(gradebook)],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, MARK: value})
+    return run, gradebook, marked(value)
+
+
+def test_a_folder_is_graded_into_a_gradebook_with_a_row_per_notebook(classroom):
+    import csv
+
+    run, gradebook, _ = classroom
+    rows = list(csv.DictReader(gradebook.read_text().splitlines()))
+    assert [row["notebook"] for row in rows] == ["ada.ipynb", "bob.ipynb", "cy.ipynb", "dee.ipynb"]
+    assert [(row["status"], row["score"], row["max_score"]) for row in rows] == [
+        ("graded", "3", "3"), ("graded", "0", "3"), ("not graded", "", "3"), ("graded", "1", "3")]
+    assert [row[f"exercise_{n}"] for row in rows for n in (1, 2, 3)] == (
+        ["pass"] * 3 + ["fail"] * 3 + [""] * 3 + ["pass", "fail", "fail"])
+    assert rows[1]["message"].startswith("Exercise 1: dL/dweights (tanh layer, 3 → 5) is wrong")
+    assert rows[2]["message"].endswith("cy.ipynb is not a Jupyter notebook (JSONDecodeError: Expecting value: "
+                                       "line 1 column 1 (char 0))") or "is not a Jupyter notebook" in rows[2]["message"]
+    assert run.returncode == 2, run.stderr
+
+
+def test_a_class_prints_each_report_in_order_and_a_progress_line_per_notebook(classroom):
+    run, gradebook, left = classroom
+    starts = [run.stdout.index(f"{name}.ipynb") for name in ("ada", "bob", "cy", "dee")]
+    assert starts == sorted(starts)
+    assert run.stdout.count("exercises passed.") == 3 and "Not graded: " in run.stdout
+    progress = [line for line in run.stderr.splitlines() if line.startswith("graded ")]
+    assert len(progress) == 4 and all(" of 4 (" in line for line in progress), run.stderr
+    assert run.stderr.rstrip().endswith(f"wrote {gradebook}")
+    assert left == []
+
+
+def test_the_progress_bar_redraws_one_line_on_a_terminal():
+    import io
+
+    from sgrad.course.gradebook import Row, _Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    screen = Terminal()
+    bar = _Progress(2, screen)
+    bar.started()
+    bar.finished(Row(pathlib.Path("a.ipynb"), 2, error="not a notebook"))
+    bar.close()
+    frames = screen.getvalue().split("\r")[1:]
+    assert frames[0].startswith("[..............................] 0/2 graded, 1 running, 0:00")
+    assert frames[-1].startswith("[###############...............] 1/2 graded, 0 running, 0:00")
+    assert screen.getvalue().endswith("\n") and screen.getvalue().count("\n") == 1
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds processes through /proc")
+def test_sigterm_stops_a_class_with_no_gradebook_and_no_process_left(tmp_path):
+    for name in ("a", "b", "c"):
+        nbformat.write(notebook_of("import time\nwhile True:\n    time.sleep(0.05)"), tmp_path / f"{name}.ipynb")
+    value = uuid.uuid4().hex
+    gradebook = tmp_path / "grades.csv"
+    with started(COMMAND + [str(tmp_path), "--gradebook", str(gradebook)], env={**os.environ, MARK: value}) as run:
+        deadline = time.monotonic() + 60
+        while len(marked(value)) < 5:  # the class's grader, two notebooks' graders and their kernels
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.2)
+        time.sleep(2)
+        run.send_signal(signal.SIGTERM)
+        _, errors = run.communicate(timeout=120)
+    assert run.returncode == 143
+    assert errors.splitlines()[-1] == ("sgrad grade: terminated; nothing was graded; the notebooks are as they were, "
+                                       "and no gradebook was written")
+    assert not gradebook.exists()
+    assert marked(value) == []

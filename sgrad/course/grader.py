@@ -17,7 +17,6 @@ The exit status is 0 if every exercise passed, 1 if any failed, and 2 if the not
 (no such file, not a notebook, no kernel).
 """
 
-import argparse
 import asyncio
 import atexit
 import contextlib
@@ -469,63 +468,25 @@ def _cell_errors(cells, killed=(), timeout=None):
                        f"{checkers._one_line(output['ename'], 60)}: {checkers._one_line(output['evalue'])}")
 
 
-# --- the command ---------------------------------------------------------------------------------------
+# --- one notebook, from the command line -------------------------------------------------------------
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Give ``parser`` (``sgrad grade``'s) the grader's arguments: the notebook, ``--timeout``."""
-    parser.add_argument("notebook", type=pathlib.Path, help="the student's notebook, an .ipynb file")
-    parser.add_argument("--timeout", type=_positive_int, default=TIMEOUT, metavar="SECONDS",
-                        help=f"interrupt a cell still running after this many seconds, and kill its kernel {GRACE} s "
-                             f"later if it still runs (default {TIMEOUT})")
-    parser.add_argument("--memory", type=_mebibytes, default=MEMORY, metavar="MIB",
-                        help=f"the address space each kernel may take, in MiB: a cell that allocates more raises "
-                             f"MemoryError (default {MEMORY}; 0: no limit)")
-    return parser
-
-
-DESCRIPTION = ("Run a student's homework notebook (08_homework.ipynb) in a Jupyter kernel and grade each exercise "
-               "on the classes it defines. Exit status: 0 if every exercise passed, 1 if any failed, 2 if the "
-               "notebook could not be graded.")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Grade ``args.notebook``, print the report, and return the exit status (0, 1 or 2).
-
-    Ctrl-C raises KeyboardInterrupt and SIGTERM :class:`Terminated` (a KeyboardInterrupt), once every
-    kernel and every process a notebook started has ended.
-    """
+def run_one(notebook: pathlib.Path, *, timeout: int, memory: int, record: "pathlib.Path | None" = None) -> int:
+    """``sgrad grade NOTEBOOK``: grade it, print the report, return the exit status (0, 1 or 2); ``record``: a
+    file to write the verdicts to, as JSON.  Every process the notebook started has ended on return."""
     processes.become_subreaper()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        grades = grade(args.notebook, timeout=args.timeout, memory=args.memory)
+        grades = grade(notebook, timeout=timeout, memory=memory)
     except GradingError as error:
         print(f"sgrad grade: error: {error}", file=sys.stderr)
         return 2
     finally:
         signal.signal(signal.SIGTERM, previous)
         processes.end_orphans()
-    print(f"Grading {args.notebook}")
+    print(f"Grading {notebook}")
     print(grades)
+    if record is not None:
+        record.write_text(json.dumps({"exercises": [
+            {"title": result.name, "passed": result.passed, "message": result.message} for result in grades.results]}))
     return 0 if grades.passed else 1
-
-
-def _mebibytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of MiB; got {text!r}") from None
-    if value < 0 or 0 < value < 256:
-        raise argparse.ArgumentTypeError(f"expected 0 (no limit) or at least 256 MiB (a kernel needs that much); "
-                                         f"got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 second; got {value}")
-    return value
