@@ -25,7 +25,7 @@ LAYERS = [
     ["experiments.loop", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn", "experiments.parallel", "experiments.rnn",
-     "experiments.char_lm", "plotting", "course.processes", "course.grader", "course.gradebook"],
+     "experiments.char_lm", "plotting", "course.processes", "course.grader", "course.gradebook", "course.autograder"],
     ["course.command", "cli"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}
