@@ -672,3 +672,22 @@ def test_sigterm_stops_a_class_with_no_gradebook_and_no_process_left(tmp_path):
                                        "and no gradebook was written")
     assert not gradebook.exists()
     assert marked(value) == []
+
+
+# --- the instructor's page (issue 27, point 9) --------------------------------------------------------------
+
+
+def test_the_instructors_page_covers_the_homework_and_names_only_real_options():
+    import re
+
+    page = (NOTEBOOK.parents[1] / "docs" / "instructors.md").read_text()
+    for heading in ("## Where the solutions live", "## The student release", "## Grading one notebook",
+                    "## Grading a class", "## Verdicts", "## Exit status", "## What the grader does not protect against"):
+        assert heading in page
+    assert "**The grader is not a security boundary.**" in page and "--network none" in page
+    usage = subprocess.run(COMMAND + ["--help"], capture_output=True, text=True, timeout=60).stdout
+    named = set(re.findall(r"`(--[a-z]+)", page)) - {"--network"}  # the grader's options, in backticks
+    assert named and all(option in usage for option in named), named
+    for status in ("| 0 |", "| 1 |", "| 2 |", "| 130 |", "| 143 |"):
+        assert status in page
+    assert "[docs/instructors.md](docs/instructors.md)" in (NOTEBOOK.parents[1] / "README.md").read_text()
