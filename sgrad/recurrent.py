@@ -18,7 +18,7 @@ One window of T steps, and backpropagation through it::
 ``d_last_state`` (batch, state_dim) is the gradient arriving at the window's
 last state from the steps after it: the true one, a synthetic one
 ``ĝ = M(s_T)`` (DNI), or None for zero (the future cut off, as truncated
-BPTT does).  ``state=None`` starts from zeros.  :func:`sgrad.steps.tbptt_step`
+BPTT does).  ``state=None`` starts from zeros.  :func:`sgrad.tbptt.tbptt_step`
 cuts a sequence into such windows.
 
 A readout per step is a :class:`~sgrad.Layer` applied to the outputs as

@@ -5,7 +5,7 @@ readout gives the logits of the next character, and the loss is the softmax
 cross-entropy of every step.  The training text is cut into ``batch_size``
 contiguous streams (:func:`data_gen.text.stream_rows`); each training step takes
 the next window of T = ``window`` characters of every stream and one
-:func:`~sgrad.steps.tbptt_step` over it, starting from the state the previous
+:func:`~sgrad.tbptt.tbptt_step` over it, starting from the state the previous
 window ended with, so each row reads one continuous text:
 
 - ``bptt``: truncated BPTT.  The gradient stops at every window's end: nothing
@@ -20,16 +20,11 @@ gradient of at most H windows ahead.  Without that cut (``horizon=None``: one
 window per step, ĝ at every boundary, ``sequence_ends=False``) the targets
 bootstrap without end on a continuing text, like a value function without
 discount: once the LSTM carries its cell state along (forget gates near 1),
-nothing bounds them.  Measured on the test's text (T = 2, hidden 32, batch 16,
-alpha 3e-3, generator_alpha 1e-4, seed 0): M's regression loss grew from 0.01 to
-over 1000 within 2000 steps and the model fell back to the unigram's 1.95 bits
-per character.  With the cut it is steadier, not safe: H = 8 diverged the same
-way in a 500-step run where H = 4 did not.  The other bound is the discount:
-``synthetic_scale`` λ < 1 weights each window further away by λ once more, so
-the targets stay a convergent sum.  With ``horizon=None`` and λ = 0.5 (same text
-and settings, generator_alpha 3e-4, 3000 steps, seeds 0, 1, 2) M's loss stayed
-below 0.5 and DNI ended at 0.582, 0.300 and 0.312 bits per character, against
-truncated BPTT's 0.612, 0.402 and 0.449 (λ = 1: 1.741, 1.957 and 1.942).
+nothing bounds them, and M's regression loss can grow until the model falls back
+to the characters' frequencies.  The cut makes this rarer, not impossible: a longer
+horizon bootstraps over more windows.  The other bound is the discount:
+``synthetic_scale`` below 1 weights each window further away by it once more, so
+the targets stay a convergent sum (docs/notes-from-code.md has the runs).
 
 When a stream runs out, every row starts again from its beginning with a zero
 state.  The figure of merit is bits per character on the held-out end of the
@@ -48,7 +43,7 @@ from ..generators import LinearGenerator
 from ..layers import Layer
 from ..losses import softmax_cross_entropy
 from ..recurrent import LSTM
-from ..steps import tbptt_step
+from ..tbptt import tbptt_step
 from ..validation import check_choice, check_integer, check_number
 from .loop import check_settings, train_loop
 
@@ -73,7 +68,7 @@ class CharLMConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the generator's
         update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.steps.tbptt_step`): below 1, a discount per window that bounds M's targets.
+        :func:`~sgrad.tbptt.tbptt_step`): below 1, a discount per window that bounds M's targets.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for both methods).
     """

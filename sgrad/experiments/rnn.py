@@ -3,7 +3,7 @@
 An LSTM core reads a sequence (:mod:`data_gen.copy_task`), a linear readout
 gives the logits of every step's output bits, and the loss is the sigmoid
 cross-entropy of the scored steps.  Training cuts each sequence into windows of
-T steps (:func:`sgrad.steps.tbptt_step`):
+T steps (:func:`sgrad.tbptt.tbptt_step`):
 
 - ``bptt``: truncated BPTT.  The gradient stops at every window's end, so
   nothing teaches the core to keep a vector for longer than a window: the
@@ -36,12 +36,13 @@ import numpy as np
 
 from data_gen.copy_task import PAPER_THRESHOLD, Curriculum, bits_error, copy_batch, repeat_copy_batch
 
+from ..boundary_targets import ONE_WINDOW, BoundaryTargets, NWindows, Untruncated
 from ..checkpoint import made_by
 from ..generators import LinearGenerator
 from ..layers import Layer
 from ..losses import bce_with_logits
 from ..recurrent import LSTM
-from ..steps import tbptt_step
+from ..tbptt import tbptt_step
 from ..validation import check_choice, check_integer, check_number
 from .loop import TARGETS, atomic_write_text, check_methods, check_out_dir, check_settings, checkpoint_path, \
     run_and_report, train_loop
@@ -64,13 +65,13 @@ class RnnConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the
         generator's update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.steps.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
+        :func:`~sgrad.tbptt.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
     generator_targets : what the DNI generator regresses onto: 'bootstrap' (the default, the method) or
         'true' (a teaching option: the untruncated gradient of the rest of the sequence at each boundary,
-        ``tbptt_step(..., true_targets=True)``; it backpropagates through every later step, so it shows how far
+        ``tbptt_step(..., targets=Untruncated())``; it backpropagates through every later step, so it shows how far
         a generator fed the future's exact gradient would carry the core, not a method that saves anything).
     target_windows : n, the windows a DNI generator's bootstrapped target spans (``tbptt_step(...,
-        target_windows=n)``): 1 (the default) is the method; n > 1 (a teaching option between 'bootstrap' and
+        targets=NWindows(n))``): 1 (the default) is the method; n > 1 (a teaching option between 'bootstrap' and
         'true') backpropagates the loss of n windows, then bootstraps with ĝ at their end, as n-step returns do
         in temporal-difference learning.  Only with generator_targets='bootstrap'.
     dtype : 'float32' or 'float64'.
@@ -155,7 +156,7 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     """Train ``method`` on ``task`` with windows of T = ``window`` steps under the curriculum; returns the history.
 
     Each step draws a batch of sequences of the curriculum's current N and
-    takes one :func:`~sgrad.steps.tbptt_step` over it (T is cut to the sequence's
+    takes one :func:`~sgrad.tbptt.tbptt_step` over it (T is cut to the sequence's
     length when a sequence is shorter: full BPTT then).  Every ``eval_every``
     steps a fresh batch is measured and the curriculum told.  The history holds
     ``step``, ``length`` (the N measured) and ``error`` (mean bits per sequence)
@@ -173,6 +174,11 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     model = build_model(task, method, config)
     core, readout = model[0], model[1]
     generator = model[2] if method == "dni" else None
+    targets: BoundaryTargets = ONE_WINDOW
+    if generator is not None and config.generator_targets == "true":
+        targets = Untruncated()
+    elif generator is not None and config.target_windows > 1:
+        targets = NWindows(config.target_windows)
     # The loop's rng draws the sequences; a generated task has no training set for it to order, so the loop
     # is told of one example, taken once per step (its one-element "pass" draws nothing that matters).
     rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
@@ -181,9 +187,7 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
         x, y, mask = draw_batch(task, history["curriculum"]["length"], config, rng)
         loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
                                 generator=generator, generator_alpha=config.generator_alpha, mask=mask,
-                                synthetic_scale=config.synthetic_scale,
-                                true_targets=generator is not None and config.generator_targets == "true",
-                                target_windows=config.target_windows if generator is not None else 1)
+                                synthetic_scale=config.synthetic_scale, targets=targets)
         return loss
 
     def evaluate(step, losses, history):
