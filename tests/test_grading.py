@@ -108,8 +108,14 @@ def graded(tmp_path_factory):
         paths[name] = folder / f"{name}.ipynb"
         nbformat.write(notebook, paths[name])
     options = {"broken": ["--timeout", str(TIMEOUT)]}
+    return graded_together({name: COMMAND + [str(path)] + options.get(name, []) for name, path in paths.items()})
+
+
+def graded_together(commands):
+    """{name: Run} for each grader command, all run at the same time, and under "left running" the processes
+    that any of them left behind."""
     value = uuid.uuid4().hex
-    processes = {name: grader(COMMAND + [str(path)] + options.get(name, []), value) for name, path in paths.items()}
+    processes = {name: grader(command, value) for name, command in commands.items()}
     runs = {}
     try:
         for name, process in processes.items():
@@ -213,22 +219,24 @@ def test_a_timeout_that_is_not_a_positive_number_exits_2():
 
 
 @pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds processes through /proc")
-def test_ctrl_c_prints_one_line_exits_130_and_ends_the_kernel(tmp_path):
+@pytest.mark.parametrize("sent, status, said", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_prints_one_line_exits_130_or_143_and_ends_the_kernel(tmp_path, sent, status, said):
     notebook = tmp_path / "loops.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("import time\nwhile True:\n    time.sleep(0.05)")]), notebook)
     value = uuid.uuid4().hex
-    with started([sys.executable, "-m", "sgrad", "grade", str(notebook)], env={**os.environ, MARK: value}) as run:
+    with started(COMMAND + [str(notebook)], env={**os.environ, MARK: value}) as run:
         deadline = time.monotonic() + 60
         while len(marked(value)) < 2:  # the grader and its kernel
             assert run.poll() is None and time.monotonic() < deadline, run.communicate()
             time.sleep(0.2)
         time.sleep(2)  # the kernel is into the endless cell
-        run.send_signal(signal.SIGINT)
+        run.send_signal(sent)
         report, errors = run.communicate(timeout=60)
-    assert run.returncode == 130
+    assert run.returncode == status
     assert report == ""
-    assert errors == "sgrad grade: interrupted; nothing was graded; the notebook is as it was\n"
+    assert errors == f"sgrad grade: {said}; nothing was graded; the notebook is as it was\n"
     deadline = time.monotonic() + 10  # the kernel's last moments after its shutdown message
     while marked(value) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -383,24 +391,12 @@ TRICKS = {
 def tricked(tmp_path_factory):
     """{name: Run} for each notebook of TRICKS, graded at the same time by the real command."""
     folder = tmp_path_factory.mktemp("tricks")
-    value = uuid.uuid4().hex
-    processes = {}
+    commands = {}
     for name, notebook in TRICKS.items():
         path = folder / f"{name.replace(' ', '_')}.ipynb"
         nbformat.write(notebook, path)
-        processes[name] = grader(COMMAND + [str(path), "--timeout", "60"], value)
-    runs = {}
-    try:
-        for name, process in processes.items():
-            report, errors = process.communicate(timeout=300)
-            runs[name] = Run(process.returncode, report, errors)
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait(timeout=30)
-    runs["left running"] = marked(value)
-    return runs
+        commands[name] = COMMAND + [str(path), "--timeout", "60"]
+    return graded_together(commands)
 
 
 @pytest.mark.parametrize("name", sorted(TRICKS))
@@ -550,25 +546,6 @@ def test_every_process_the_notebook_started_ends_with_grading(tmp_path):
     run, _ = graded_alone(tmp_path, SETUP, detached, MY_LAYER)
     assert "code cell 2" not in run.report, run.report
     assert running(f"{tag}.1") == running(f"{tag}.2") == running(f"{tag}.3") == []
-
-
-@pytest.mark.skipif(not pathlib.Path("/proc/self/environ").exists(), reason="finds processes through /proc")
-def test_sigterm_prints_one_line_exits_143_and_ends_the_kernel(tmp_path):
-    notebook = tmp_path / "loops.ipynb"
-    nbformat.write(notebook_of("import time\nwhile True:\n    time.sleep(0.05)"), notebook)
-    value = uuid.uuid4().hex
-    with started(COMMAND + [str(notebook)], env={**os.environ, MARK: value}) as run:
-        deadline = time.monotonic() + 60
-        while len(marked(value)) < 2:  # the grader and its kernel
-            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
-            time.sleep(0.2)
-        time.sleep(2)  # the kernel is into the endless cell
-        run.send_signal(signal.SIGTERM)
-        report, errors = run.communicate(timeout=60)
-    assert run.returncode == 143
-    assert report == ""
-    assert errors == "sgrad grade: terminated; nothing was graded; the notebook is as it was\n"
-    assert marked(value) == []
 
 
 # --- where the notebook runs (issue 27, point 6) ----------------------------------------------------------

@@ -864,11 +864,4 @@ def _copy(value):
     return None if value is None else np.array(value, dtype=np.float64)
 
 
-def _kind(value):
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of length {len(value)}"
-    return f"a value of type {type(value).__name__}"
-
-
-def _name(function):
-    return getattr(function, "__name__", type(function).__name__)
+_kind = driver._kind  # "a tuple of length 3", "a value of type str"

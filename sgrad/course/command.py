@@ -4,6 +4,7 @@ class's (:mod:`sgrad.course.gradebook`)."""
 import argparse
 import pathlib
 import sys
+from typing import Any
 
 from . import gradebook, grader
 from .grader import Terminated
@@ -54,32 +55,20 @@ def run(args: argparse.Namespace) -> int:
                                  gradebook=args.gradebook)
 
 
-def _mebibytes(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of MiB; got {text!r}") from None
-    if value < 0 or 0 < value < 256:
-        raise argparse.ArgumentTypeError(f"expected 0 (no limit) or at least 256 MiB (a kernel needs that much); "
-                                         f"got {value}")
-    return value
+def _whole(unit: str, units: str, least: int, *, zero_allowed: bool = False, why: str = "") -> Any:
+    """An argparse type: a whole number of ``units``, at least ``least`` (or 0, if ``zero_allowed``)."""
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number of {units}; got {text!r}") from None
+        if value < least and not (zero_allowed and value == 0):
+            allowed = f"0 (no limit) or at least {least} {units}" if zero_allowed else f"at least {least} {unit}"
+            raise argparse.ArgumentTypeError(f"expected {allowed}{why}; got {value}")
+        return value
+    return convert
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of notebooks at a time; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 notebook at a time; got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 second; got {value}")
-    return value
+_positive_int = _whole("second", "seconds", 1)
+_jobs = _whole("notebook at a time", "notebooks at a time", 1)
+_mebibytes = _whole("MiB", "MiB", 256, zero_allowed=True, why=" (a kernel needs that much)")
