@@ -12,6 +12,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import uuid
 
 import nbformat
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from sgrad.course import autograder
 from sgrad.course.grader import EXERCISES
 from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER
-from test_grading import MISTAKES, Run
+from test_grading import MARK, MISTAKES, Run, marked
 
 OTTER = pathlib.Path(sys.executable).parent / "otter"
 pytestmark = pytest.mark.skipif(not OTTER.exists(), reason="needs Otter-Grader: pip install -e '.[autograder]'")
@@ -75,16 +76,18 @@ def verdicts(assigned, tmp_path_factory):
     answers = {"correct": {"MyLayer": MY_LAYER, "MyDNI": MY_DNI, "MyFullDNI": MY_FULL_DNI}, "stubs": {},
                "mistakes": MISTAKES}
     found = {}
+    value = uuid.uuid4().hex
+    env = {**ENV, MARK: value}
     for name, answer in answers.items():
         path = folder / name / "08_homework.ipynb"
         path.parent.mkdir()
         nbformat.write(handed_in(released, answer), path)
         graded = subprocess.Popen([sys.executable, "-m", "sgrad", "grade", str(path)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, env=ENV)
+                                  stderr=subprocess.PIPE, text=True, env=env)
         out = folder / f"{name}-results"
         out.mkdir()
         otter = subprocess.run([str(OTTER), "run", "-a", str(zip_file), "-o", str(out), str(path)],
-                               capture_output=True, text=True, timeout=600, env=ENV)
+                               capture_output=True, text=True, timeout=600, env=env)
         report, errors = graded.communicate(timeout=600)
         assert otter.returncode == 0, otter.stdout + otter.stderr
         scores = {test["name"]: test["score"] for test in json.loads((out / "results.json").read_text())["tests"]
@@ -92,6 +95,7 @@ def verdicts(assigned, tmp_path_factory):
         run = Run(graded.returncode, report, errors)
         found[name] = ([scores[question] == 1 for question in QUESTIONS],
                        [run.exercise(exercise.number).startswith("✓") for exercise in EXERCISES])
+    found["left running"] = marked(value)
     return found
 
 
@@ -100,3 +104,7 @@ def verdicts(assigned, tmp_path_factory):
 def test_otter_run_and_sgrad_grade_give_the_same_verdicts(verdicts, name, expected):
     otter, sgrad = verdicts[name]
     assert otter == sgrad == expected
+
+
+def test_no_kernel_of_either_tool_outlives_it(verdicts):
+    assert verdicts["left running"] == []

@@ -65,6 +65,10 @@ KERNEL_STARTS = 3  # kernels to start before giving up on one that never answers
 MAX_KILLS = 3      # the notebook's cells killed before the grader gives up on it
 GRACE = 5          # seconds a cell may go on after the interrupt, before its kernel is killed
 MEMORY = 4096      # MiB of address space a kernel may take, by default
+# One BLAS thread per kernel, unless the grader's environment says otherwise: the homework's arrays are small,
+# kernels graded side by side share the cores, and a BLAS library's buffers for many threads would count
+# against the memory limit.
+ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 DRIVER_CELL = """\
 exec(compile({source!r}, "<sgrad grader>", "exec"), _sgrad_grader := {{"__name__": "_sgrad_grader"}})
 _sgrad_grader["send"]({key!r}, {class_name!r}, {inputs!r}, {nonce!r}, globals())
@@ -219,7 +223,7 @@ def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
     # from a socket it has already closed), so they go to a file, not into the report.
     with tempfile.TemporaryFile() as kernel_output:
         try:
-            client.execute(env={**os.environ, "SGRAD_SMOKE": "1", processes.MARKER: token},
+            client.execute(env={**ONE_THREAD, **os.environ, "SGRAD_SMOKE": "1", processes.MARKER: token},
                            stdout=kernel_output, stderr=kernel_output)
         except Exception as error:
             # Once the cells run, nbclient stops early only when the kernel goes away: DeadKernelError when
