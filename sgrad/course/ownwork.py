@@ -34,7 +34,7 @@ STEP_NAMES = frozenset({"backward", "update", "step", "forward_and_synthetic_upd
                         "dense_backward", "linear_backward"})
 # Names that run text as code, or change or reach into what the grader relies on.
 DYNAMIC_NAMES = frozenset({"exec", "eval", "compile", "__import__", "globals", "locals", "vars", "setattr",
-                           "delattr", "get_ipython", "breakpoint", "__builtins__", "memoryview"})
+                           "delattr", "get_ipython", "breakpoint", "__builtins__"})
 MACHINERY_MODULES = frozenset({"builtins", "importlib", "inspect", "gc", "ctypes", "types", "IPython", "ipykernel",
                                "traitlets", "zmq", "jupyter_client", "code", "codeop", "runpy", "pickle", "marshal",
                                "dill", "cloudpickle", "copyreg", "threading", "_thread", "ast", "dis", "operator",
@@ -42,7 +42,7 @@ MACHINERY_MODULES = frozenset({"builtins", "importlib", "inspect", "gc", "ctypes
 SYS_MACHINERY = frozenset({"modules", "meta_path", "path_hooks", "path_importer_cache", "settrace", "setprofile",
                            "_getframe", "addaudithook", "displayhook", "excepthook", "_current_frames", "stdout",
                            "stderr", "stdin", "__stdout__", "__stderr__"})
-READABLE_DUNDERS = frozenset({"__init__", "__name__", "__doc__", "__qualname__"})
+READABLE_DUNDERS = frozenset({"__init__", "__name__", "__doc__", "__qualname__", "__class__"})
 ALLOWED_MAGICS = frozenset({"matplotlib"})
 LIBRARIES = ("sgrad", "data_gen")  # imports whose names a graded method may not use: they hold the reference
 
