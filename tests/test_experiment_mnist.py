@@ -67,17 +67,6 @@ def test_every_method_sees_the_same_batches(monkeypatch):
         assert all(np.array_equal(a, b) for a, b in zip(batches, per_method["backprop"])), method
 
 
-def test_accuracy_is_measured_in_evaluation_mode_and_training_mode_comes_back(tiny_data):
-    layers = build_network("cdni", 20, TINY)
-    modes = []
-    predict = layers[0].predict
-    layers[0].predict = lambda x: modes.append(layers[0].block.modules[1].training) or predict(x)
-    accuracy = mnist.accuracy(layers, tiny_data[2], tiny_data[3], batch=10)
-    assert modes == [False] * 4  # 32 rows in batches of 10
-    assert 0.0 <= accuracy <= 1.0
-    assert all(module.training for layer in layers for _, module in layer.submodules())
-
-
 # --- settings -------------------------------------------------------------------------------------------
 
 

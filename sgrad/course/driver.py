@@ -18,6 +18,7 @@ import base64
 import contextlib
 import io
 import os
+import sys
 import traceback
 
 import numpy as np
@@ -221,9 +222,10 @@ def _call(out, stage, function, *args, **kwargs):
 
 def _where(error):
     """' (in backward, line 7)': the deepest frame of the traceback outside sgrad and NumPy, if any."""
-    import sgrad  # here: in the kernel, this file runs as text, and sgrad is what the notebook imported
-
-    libraries = (os.path.dirname(np.__file__) + os.sep, os.path.dirname(sgrad.__file__) + os.sep, "<sgrad")
+    # In the kernel this file runs as text; sgrad is what the notebook imported (its classes extend sgrad's).
+    sgrad = sys.modules.get("sgrad")
+    libraries = (os.path.dirname(np.__file__) + os.sep, "<sgrad",
+                 *([os.path.dirname(str(sgrad.__file__)) + os.sep] if sgrad is not None else []))
     frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(libraries)]
     return f" (in {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
 

@@ -20,11 +20,11 @@ gradient of at most H windows ahead.  Without that cut (``horizon=None``: one
 window per step, ĝ at every boundary, ``sequence_ends=False``) the targets
 bootstrap without end on a continuing text, like a value function without
 discount: once the LSTM carries its cell state along (forget gates near 1),
-nothing bounds them, and M's regression loss can grow until the model falls back
-to the characters' frequencies.  The cut makes this rarer, not impossible: a longer
-horizon bootstraps over more windows.  The other bound is the discount:
-``synthetic_scale`` below 1 weights each window further away by it once more, so
-the targets stay a convergent sum (docs/notes-from-code.md has the runs).
+nothing bounds them, and M's regression can grow until the model falls back to
+the unigram's bits per character.  The cut makes training steadier, not safe: a
+long horizon can diverge the same way.  The other bound is the discount:
+``synthetic_scale`` λ < 1 weights each window further away by λ once more, so
+the targets stay a convergent sum.
 
 When a stream runs out, every row starts again from its beginning with a zero
 state.  The figure of merit is bits per character on the held-out end of the
@@ -39,13 +39,13 @@ import numpy as np
 
 from data_gen.text import encode, one_hot_ids, split_ids, stream_rows, vocabulary
 
-from ..generators import LinearGenerator
-from ..layers import Layer
+from ..batches import BatchOrder
 from ..losses import softmax_cross_entropy
-from ..recurrent import LSTM
 from ..tbptt import tbptt_step
 from ..validation import check_choice, check_integer, check_number
-from .loop import check_settings, train_loop
+from .loop import RunName, train_loop
+from .lstm_model import check_recurrent_settings, lstm_model
+from .settings import check_settings, learning_rates
 
 CHAR_LM_METHODS = ("bptt", "dni")
 LN2 = float(np.log(2.0))
@@ -89,15 +89,11 @@ class CharLMConfig:
 
     def __post_init__(self) -> None:
         check_settings(self, {
-            "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
-                                            example="0.5"),
-            "steps": check_integer(self.steps, "steps"),
+            **check_recurrent_settings(self, scale_example="0.5"),
             "window": check_integer(self.window, "window (T)"),
             "horizon": None if self.horizon is None else check_integer(self.horizon, "horizon"),
-            "hidden": check_integer(self.hidden, "hidden"),
             "validation_fraction": check_number(self.validation_fraction, "validation_fraction", above=0, below=1,
                                                 example="0.1"),
-            "eval_every": check_integer(self.eval_every, "eval_every"),
         })
 
 
@@ -105,13 +101,7 @@ def build_model(method: str, vocab_size: int, config: CharLMConfig) -> list[Any]
     """``[core, readout]``, plus the boundary generator for ``dni``; the weights depend on the seed, not the method."""
     check_choice(method, "method", CHAR_LM_METHODS)
     vocab_size = check_integer(vocab_size, "vocab_size")
-    core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
-    core = LSTM(vocab_size, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
-    model = [core, Layer(config.hidden, vocab_size, "identity", update_rule=config.update_rule, seed=readout_seed,
-                         dtype=config.dtype)]
-    if method == "dni":
-        model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
-    return model
+    return lstm_model(vocab_size, vocab_size, config, generator=method == "dni")
 
 
 def bits_per_character(model: Sequence[Any], ids: np.ndarray, vocab_size: int, *, rows: int = 8,
@@ -200,12 +190,9 @@ def train_char_lm(method: str, text: str, config: CharLMConfig | None = None, *,
         "train_bpc": [], "valid_bpc": [], "generator_loss": [], "wall_time": 0.0,
         "unigram_bpc": float(-np.log2(frequencies[valid_ids] / frequencies.sum()).mean()),
     }
-    rates = {"alpha": config.alpha}
-    if method == "dni" and config.generator_alpha is not None:
-        rates["generator_alpha"] = config.generator_alpha
+    names = RunName(f"{method} (char LM, T={config.window})",
+                    f"[char-lm, {method}, T={config.window}, seed {config.seed}]", learning_rates(config, method == "dni"))
     # The streams are read in order: the loop's rng orders a one-example "training set" and draws nothing that matters.
-    return train_loop(model, train_step, evaluate, run={}, steps=config.steps, eval_every=config.eval_every,
-                      num_examples=1, batch_size=1, rng=np.random.default_rng(config.seed), history=history,
-                      name=f"{method} (char LM, T={config.window})",
-                      label=f"[char-lm, {method}, T={config.window}, seed {config.seed}]",
-                      learning_rates=rates, progress=progress)
+    return train_loop(model, train_step, evaluate, steps=config.steps, eval_every=config.eval_every,
+                      batches=BatchOrder(1, 1, np.random.default_rng(config.seed)), history=history, names=names,
+                      run={}, progress=progress)

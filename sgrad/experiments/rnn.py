@@ -36,16 +36,16 @@ import numpy as np
 
 from data_gen.copy_task import PAPER_THRESHOLD, Curriculum, bits_error, copy_batch, repeat_copy_batch
 
+from ..batches import BatchOrder
 from ..boundary_targets import ONE_WINDOW, BoundaryTargets, NWindows, Untruncated
-from ..checkpoint import made_by
-from ..generators import LinearGenerator
-from ..layers import Layer
 from ..losses import bce_with_logits
-from ..recurrent import LSTM
 from ..tbptt import tbptt_step
 from ..validation import check_choice, check_integer, check_number
-from .loop import TARGETS, atomic_write_text, check_methods, check_out_dir, check_settings, checkpoint_path, \
-    run_and_report, train_loop
+from .cells import CellCache
+from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .loop import RunName, run_and_report, train_loop
+from .lstm_model import check_recurrent_settings, lstm_model
+from .settings import TARGETS, check_methods, check_settings, learning_rates
 
 TASKS = ("copy", "repeat-copy")
 RNN_METHODS = ("bptt", "dni")
@@ -96,16 +96,12 @@ class RnnConfig:
 
     def __post_init__(self) -> None:
         check_settings(self, {
-            "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
-                                            example="0.1"),
+            **check_recurrent_settings(self, scale_example="0.1"),
             "generator_targets": check_choice(self.generator_targets, "generator_targets", TARGETS),
             "target_windows": check_integer(self.target_windows, "target_windows"),
-            "steps": check_integer(self.steps, "steps"),
-            "hidden": check_integer(self.hidden, "hidden"),
             "bits": check_integer(self.bits, "bits"),
             "max_repeats": check_integer(self.max_repeats, "max_repeats"),
             "threshold": check_number(self.threshold, "threshold", above=0, example="0.15"),
-            "eval_every": check_integer(self.eval_every, "eval_every"),
         })
         if self.generator_targets == "true" and self.target_windows != 1:
             raise ValueError(f"generator_targets='true' backpropagates through every later step already; "
@@ -133,13 +129,7 @@ def build_model(task: str, method: str, config: RnnConfig) -> list[Any]:
     """``[core, readout]``, plus the boundary generator for ``dni``; the weights depend on the seed, not the method."""
     check_choice(method, "method", RNN_METHODS)
     input_dim, output_dim = sizes(task, config)
-    core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
-    core = LSTM(input_dim, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
-    model = [core, Layer(config.hidden, output_dim, "identity", update_rule=config.update_rule, seed=readout_seed,
-                         dtype=config.dtype)]
-    if method == "dni":
-        model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
-    return model
+    return lstm_model(input_dim, output_dim, config, generator=method == "dni")
 
 
 def evaluate_error(model: Sequence[Any], x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -206,17 +196,14 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
 
     run = {"trainer": "sgrad.experiments.rnn.train_cell", "task": task, "method": method, "window": window,
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "steps"}}
-    rates = {"alpha": config.alpha}
-    if method == "dni" and config.generator_alpha is not None:
-        rates["generator_alpha"] = config.generator_alpha
     history = {"task": task, "method": method, "window": window, "seed": config.seed, "step": [], "length": [],
                "error": [], "train_loss": [], "solved": 0, "solved_at": [],
                "curriculum": Curriculum(threshold=config.threshold).state(), "wall_time": 0.0}
-    label = f"[{task}, {method}, T={window}, seed {config.seed}]"
-    return train_loop(model, train_step, evaluate, run=run, steps=config.steps, eval_every=config.eval_every,
-                      num_examples=1, batch_size=1, rng=rng, history=history, name=f"{method} ({task}, T={window})",
-                      label=label, learning_rates=rates, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                      progress=progress)
+    names = RunName(f"{method} ({task}, T={window})", f"[{task}, {method}, T={window}, seed {config.seed}]",
+                    learning_rates(config, method == "dni"))
+    return train_loop(model, train_step, evaluate, steps=config.steps, eval_every=config.eval_every,
+                      batches=BatchOrder(1, 1, rng), history=history, names=names, run=run, checkpoint=checkpoint,
+                      checkpoint_every=checkpoint_every, progress=progress)
 
 
 def check_grid(tasks: Sequence[str], methods: Sequence[str], windows: Sequence[int], seeds: Sequence[int],
@@ -259,19 +246,18 @@ def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHO
     config = RnnConfig() if config is None else config
     tasks, methods, windows, seeds = check_grid(tasks, methods, windows, seeds, config,
                                                 checkpoint_every=checkpoint_every, out_dir=out_dir)
-    results = {}
+    cells, results = CellCache(out_dir, progress), {}
     for task in tasks:
         for window in windows:
             for seed in seeds:
                 cell_config = dataclasses.replace(config, seed=seed)
+                settings = {"config": dataclasses.asdict(cell_config)}
                 for method in methods:
                     name = f"{task}-{method}-T{window}-seed{seed}"
                     label = f"[{task}, {method}, T={window}, seed {seed}]"
-                    cached = _load_cell(out_dir, name, cell_config, progress, label)
+                    cached = cells.load(name, settings, label)
                     if cached is not None:
-                        if progress is not None:
-                            progress(f"{label} loaded from {out_dir}")
-                        results[(task, method, window, seed)] = cached
+                        results[(task, method, window, seed)] = cached["history"]
                         continue
                     run = functools.partial(train_cell, task, method, window, cell_config, progress=progress,
                                             checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
@@ -280,7 +266,7 @@ def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHO
                     if progress is not None:
                         progress(f"{label} largest N solved: {history['solved']}")
                     results[(task, method, window, seed)] = history
-                    _save_cell(out_dir, name, cell_config, history)
+                    cells.save(name, settings, history=history)
     if out_dir is not None:
         write_grid(results, out_dir, config)
     return results
@@ -328,37 +314,3 @@ def write_grid(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]], o
          "cells": [dict(h, task=t, method=m, window=w, seed=s) for (t, m, w, s), h in results.items()]}))
     plot_copy_lengths(results, out / "copy_length.png")
     plot_curricula(results, out / "curriculum.png")
-
-
-def _cell_path(out_dir, name):
-    return pathlib.Path(out_dir) / "cells" / f"{name}.json"
-
-
-def _relevant(config):
-    """The settings a cell depends on, as JSON would give them back."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
-
-
-def _load_cell(out_dir, name, config, progress, label):
-    """The cached cell's history if it was made by this code with these settings; else None."""
-    if out_dir is None:
-        return None
-    path = _cell_path(out_dir, name)
-    if not path.exists():
-        return None
-    record = json.loads(path.read_text())
-    if record.get("config") != _relevant(config):
-        return None  # made with other settings: train again
-    if record.get("code") != made_by():
-        if progress is not None:
-            progress(f"{label} not reusing {path}: it was made by other code (another sgrad version or source); "
-                     "training again")
-        return None
-    return record["history"]
-
-
-def _save_cell(out_dir, name, config, history):
-    if out_dir is None:
-        return
-    atomic_write_text(_cell_path(out_dir, name), json.dumps(
-        {"config": dataclasses.asdict(config), "code": made_by(), "history": history}))
