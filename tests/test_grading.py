@@ -381,6 +381,9 @@ TRICKS = {
     "forging hook": notebook_of(SETUP, FORGING_HOOK, *EMPTY),
     "old-format hook": notebook_of(SETUP, OLD_FORMAT_HOOK, *EMPTY),
     "patches": notebook_of(SETUP, PATCHES, *WRONG),
+    # The kernel speaks JSON to the grader: replaced, it dies at its next message.
+    "json replaced": notebook_of(SETUP, "import json\njson.loads = lambda text: {'cases': []}\n"
+                                        "json.dumps = lambda *args, **kwargs: '{}'", *EMPTY),
     "fake lines": notebook_of(SETUP, FAKE_LINES, *EMPTY),
     "odd returns": notebook_of(SETUP, *ODD_RETURNS),
     "exits": notebook_of(SETUP, *EXITS),
