@@ -1,6 +1,6 @@
 """The experiment loop: one resumable training run, and what every experiment shares.
 
-An experiment (:mod:`.binary_addition`, :mod:`.mnist`) builds a network and
+An experiment (:mod:`~sgrad.experiments.binary_addition`, :mod:`~sgrad.experiments.mnist`) builds a network and
 two functions of its own, then hands them to :func:`train_loop`:
 
 - ``train_step(indices, history) -> loss``: one step of its method on the
