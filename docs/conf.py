@@ -27,7 +27,7 @@ OUTPUTS = (
 
 project = "sgrad"
 author = "the sgrad authors"
-copyright = "the sgrad authors"  # noqa: A001 (Sphinx's name)
+copyright = "the sgrad authors"
 
 root_doc = "docs/index"
 include_patterns = ["docs/*.md", "docs/results/*.md", "notebooks/*.ipynb"]
@@ -46,10 +46,10 @@ myst_enable_extensions = ["dollarmath", "amsmath", "substitution"]
 myst_substitutions = {"outputs": OUTPUTS}
 myst_heading_anchors = 3
 
-# The API reference: plain NumPy-style docstrings, in source order, without the "Bases: object" line.
+# The API reference: the docstrings, in source order.
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": False}
+autodoc_default_options = {"members": True}
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_ivar = True  # "Attributes" sections as fields, so a property is not described twice
