@@ -229,6 +229,7 @@ def test_page_loads_cleanly_in_chromium(browser, server, path):
         if path == "index.html":  # the root sends the reader to the book's first page
             page.wait_for_url(server + "docs/index.html")
         page.wait_for_load_state("networkidle")
+        assert not problems, f"{path}:\n" + "\n".join(problems)
 
         maths = page.evaluate(TYPESET)
         assert maths["rendered"] == maths["maths"], f"{path}: {maths['maths'] - maths['rendered']} equations not rendered"
