@@ -7,7 +7,7 @@ Build it from the checkout's root, warnings as errors:
 
 The source folder is the checkout's root, so that the chapters are the notebooks in ``notebooks/`` as they
 are committed (without outputs); ``include_patterns`` keeps everything else out. The notebooks are executed
-at build time with ``SGRAD_SMOKE=1`` (small sizes, about a minute in all) unless the environment already
+at build time with ``SGRAD_SMOKE=1`` (small sizes: the whole build took 112 s in CI) unless the environment already
 sets ``SGRAD_SMOKE`` (``SGRAD_SMOKE=0`` gives the full-size outputs).
 """
 
@@ -18,7 +18,7 @@ os.environ.setdefault("SGRAD_SMOKE", "1")
 SMOKE = os.environ["SGRAD_SMOKE"] == "1"
 OUTPUTS = (
     "The outputs on these pages come from executing each notebook when the site was built, with the smoke flag"
-    " `SGRAD_SMOKE=1` (every size shrunk, so the whole course runs in about a minute): the curves are short and"
+    " `SGRAD_SMOKE=1` (every size shrunk, so the whole course runs in a minute or two): the curves are short and"
     " the numbers small-sample. Run a notebook yourself, or build the site with `SGRAD_SMOKE=0`, for the full"
     " size." if SMOKE else
     "The outputs on these pages come from executing each notebook at full size (`SGRAD_SMOKE=0`) when the site"
