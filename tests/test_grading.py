@@ -670,4 +670,4 @@ def test_the_instructors_page_covers_the_homework_and_names_only_real_options():
     assert named and all(option in usage for option in named), named
     for status in ("| 0 |", "| 1 |", "| 2 |", "| 130 |", "| 143 |"):
         assert status in page
-    assert "[docs/instructors.md](docs/instructors.md)" in (NOTEBOOK.parents[1] / "README.md").read_text()
+    assert "](docs/instructors.md)" in (NOTEBOOK.parents[1] / "README.md").read_text()
