@@ -4,7 +4,7 @@
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
-``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.course.grader`).
+``sgrad grade`` grades students' homework notebooks, one or a class (:mod:`sgrad.course.command`).
 ``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
-from .course import grader
+from .course import command as grading
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
 from .experiments.files import CHECKPOINT_FOLDER, check_out_dir
 from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
@@ -46,7 +46,7 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad paper runs the paper's MNIST experiments over methods and depths; "
                "sgrad parallel trains every block in its own worker, by each schedule, against wall-clock time; "
                "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
-               "sgrad grade checks a student's homework notebook.")
+               "sgrad grade grades students' homework notebooks.")
 RNN_DEFAULTS = RnnConfig()
 FILES = {  # what each command writes into its --out folder
     "compare": ("history.json", "compare.png", "results.md"),
@@ -65,7 +65,7 @@ _terminated: list[int] = []  # SIGTERM came: the KeyboardInterrupt that ends the
 def _terminate(signum: int, frame: Any) -> None:
     """SIGTERM ends a command as Ctrl-C does: every ``except KeyboardInterrupt`` and ``finally`` runs.
 
-    (While ``sgrad grade`` runs a kernel, its grader takes SIGTERM as it takes Ctrl-C.)
+    (``sgrad grade`` has its own: :class:`sgrad.course.grader.Terminated`.)
     """
     _terminated.append(signum)
     raise KeyboardInterrupt
@@ -331,19 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     _add_output(rnn, "rnn", unit="cell", steps="steps", every=1000)
 
-    grader.add_arguments(commands.add_parser(
-        "grade", help="run a student's homework notebook and check each exercise",
-        description=grader.DESCRIPTION))
+    grading.add_arguments(commands.add_parser(
+        "grade", help="run students' homework notebooks and grade each exercise",
+        description=grading.DESCRIPTION))
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
     try:
         if args.command == "grade":
-            return grader.run(args)
+            try:
+                return grading.run(args)
+            except grading.Terminated:
+                parser.exit(TERMINATED, f"sgrad grade: terminated; {_after_interrupt(args)}\n")
+        signal.signal(signal.SIGTERM, _terminate)
         command = {"compare": _compare, "paper": _paper, "parallel": _parallel, "rnn": _rnn}[args.command]
         started = time.time()
         check_out_dir(args.out, "--out")
@@ -352,9 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.exit(2, f"sgrad {args.command}: error: {error}\n")
     except WorkerFailed as error:  # a worker of sgrad parallel raised or died: every worker has stopped
         parser.exit(1, f"sgrad {args.command}: {error}\n")
-    except KeyboardInterrupt as stop:  # the grader's names the signals that stopped it
-        terminated = bool(_terminated) or signal.SIGTERM in stop.args
-        how, status = ("terminated", TERMINATED) if terminated else ("interrupted", INTERRUPTED)
+    except KeyboardInterrupt:
+        how, status = ("terminated", TERMINATED) if _terminated else ("interrupted", INTERRUPTED)
         parser.exit(status, f"sgrad {args.command}: {how}; {_after_interrupt(args)}\n")
     print(table)
     written = [name for name in FILES[args.command] if _written_since(pathlib.Path(args.out, name), started)]
@@ -375,7 +377,9 @@ def _written_since(path: pathlib.Path, started: float) -> bool:
 def _after_interrupt(args: argparse.Namespace) -> str:
     """What a rerun of the interrupted command would do."""
     if args.command == "grade":
-        return "nothing was graded; the notebook is as it was"
+        if args.gradebook is None and len(args.notebooks) == 1 and args.notebooks[0].suffix == ".ipynb":
+            return "nothing was graded; the notebook is as it was"
+        return "nothing was graded; the notebooks are as they were, and no gradebook was written"
     if args.checkpoint_every:
         return f"rerun the same command to resume from the checkpoints in {pathlib.Path(args.out, CHECKPOINT_FOLDER)}"
     return "no checkpoints were kept (--checkpoint-every 0)"

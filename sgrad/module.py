@@ -119,32 +119,30 @@ class OwnParameters(Module):
         """Take ``update_rule`` (a name or an UpdateRule) with its state for each parameter, and no gradients yet."""
         self.update_rule = get_update_rule(update_rule)
         self.update_state = {name: self.update_rule.init_state(p) for name, p in self.own_parameters().items()}
-        self._forget_gradients()
+        for name in self.update_state:
+            setattr(self, name + "_grad", None)
         self._stale = False
 
     @property
     def gradients(self) -> dict[str, Any]:
         """dL/d(parameter) from the last ``backward``, keyed as :attr:`parameters`."""
-        return {name: getattr(self, f"{name}_grad") for name in self.own_parameters()}
+        return {name: getattr(self, name + "_grad") for name in self.own_parameters()}
 
     def update(self, alpha: float = 0.1) -> None:
         """One descent step with the gradients stored by the last ``backward``; ``alpha`` is the learning rate.
 
         Each forward/backward pair pays for one step: stale gradients are never applied twice.
         """
-        gradients = self.gradients
-        if any(gradient is None for gradient in gradients.values()):
+        params = self.own_parameters()
+        gradients = [getattr(self, name + "_grad") for name in params]
+        if any(gradient is None for gradient in gradients):
             raise ValueError(f"update() needs the gradients of the last forward pass; call {self._calls_before_update} "
                              "first")
         alpha = validation.check_learning_rate(alpha)
-        for name, param in self.own_parameters().items():
-            self.update_rule.step(param, gradients[name], self.update_state[name], alpha)
-        self._forget_gradients()
+        for (name, param), gradient in zip(params.items(), gradients):
+            self.update_rule.step(param, gradient, self.update_state[name], alpha)
+            setattr(self, name + "_grad", None)
         self._stale = True
-
-    def _forget_gradients(self) -> None:
-        for name in self.own_parameters():
-            setattr(self, f"{name}_grad", None)
 
 
 class WeightsAndBias(OwnParameters):
@@ -178,16 +176,14 @@ def restored_on_error(*trees: Any) -> Iterator[None]:
     that an ``update`` has moved.  So a body that refuses bad input before its first ``update`` leaves nothing
     changed.
     """
-    modules = list(_each_module(trees))
-    attributes = [dict(vars(module)) for module in modules]
-    buffers = _buffer_copies(modules)
+    snapshot = [(module, dict(vars(module)), _buffer_copies(module)) for module in _each_module(trees)]
     try:
         yield
     except BaseException:
-        for module, held in zip(modules, attributes):
+        for module, attributes, buffers in snapshot:
             vars(module).clear()
-            vars(module).update(held)
-        _put_back(buffers)
+            vars(module).update(attributes)
+            _put_back(buffers)
         raise
 
 
@@ -197,7 +193,7 @@ def running_averages_kept(*trees: Any) -> Iterator[None]:
 
     A batch run forward again this way counts once in batch norm's running averages.
     """
-    buffers = _buffer_copies(list(_each_module(trees)))
+    buffers = [copy for module in _each_module(trees) for copy in _buffer_copies(module)]
     try:
         yield
     finally:
@@ -214,9 +210,9 @@ def _each_module(trees: tuple[Any, ...]) -> Iterator[Any]:
                 yield module
 
 
-def _buffer_copies(modules: list[Any]) -> list[tuple[np.ndarray, np.ndarray]]:
-    return [(array, array.copy()) for module in modules if isinstance(module, Module)
-            for array in module.buffers().values()]
+def _buffer_copies(module: Any) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``[(buffer, a copy of it)]`` for each buffer of ``module`` alone (none for a user's object)."""
+    return [(array, array.copy()) for array in module.buffers().values()] if isinstance(module, Module) else []
 
 
 def _put_back(buffer_copies: list[tuple[np.ndarray, np.ndarray]]) -> None:

@@ -442,7 +442,7 @@ def test_on_real_mnist_the_synthetic_loss_learns():
     The synthetic loss as `sgrad paper` builds it (ℓ̂ = M(h, c) with the label, started at ln 10).
     Measured (the subset and the seed both 0, then both 1): 85.99 / 86.38% (no-bprop: 80.75 / 82.12%);
     ℓ̂ from h alone, started at ln 10: 63.52 / 61.65%; the first version (ℓ̂ from h alone, started at
-    ln 2, commit b27993c~1): 19.63% with seed 0, the 11.5% of the README in the full setting.
+    ln 2, commit b27993c~1): 19.63% with seed 0, the 11.5% of docs/results/mnist.md in the full setting.
     """
     from data_gen.mnist import load_mnist, prepare_mnist
 

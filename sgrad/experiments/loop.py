@@ -1,7 +1,8 @@
 """The experiment loop: one resumable training run, the same for every experiment.
 
-An experiment (:mod:`.binary_addition`, :mod:`.mnist`, :mod:`.rnn`, :mod:`.char_lm`) builds a
-network and two functions of its own, then hands them to :func:`train_loop`:
+An experiment (:mod:`~sgrad.experiments.binary_addition`, :mod:`~sgrad.experiments.mnist`,
+:mod:`~sgrad.experiments.rnn`, :mod:`~sgrad.experiments.char_lm`) builds a network and two functions of
+its own, then hands them to :func:`train_loop`:
 
 - ``train_step(indices, history) -> loss``: one step of its method on the
   training examples ``indices`` (:func:`take_step` knows every method's step);
@@ -26,7 +27,8 @@ The loop does the rest, the same way for every experiment:
 
 :func:`run_and_report` lets a comparison carry on past a run that diverged.  What experiments
 share besides lives in modules of its own: the checks made before any work
-(:mod:`.settings`), the files they write (:mod:`.files`) and the finished cells (:mod:`.cells`).
+(:mod:`~sgrad.experiments.settings`), the files they write (:mod:`~sgrad.experiments.files`) and the finished cells
+(:mod:`~sgrad.experiments.cells`).
 """
 
 import dataclasses
