@@ -154,3 +154,11 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert all(value >= 0 for value in [*machine["wake"].values(), *machine["contention"].values()])
     assert "| local | " in (tmp_path / "results.md").read_text()  # the machine's table
     assert len(measured["runs"]) == 6 and len(measured["computing_seconds_per_step"]) == 4
+
+
+def test_the_bp_lambda_cost_benchmark_prints_a_row_per_method_against_one_window_dni(capsys):
+    bp_lambda_cost = pytest.importorskip("bp_lambda_cost")
+    assert bp_lambda_cost.main(["--hidden", "4", "--length", "2", "--rounds", "1"]) == 0
+    rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [row[0] for row in rows[1:]] == ["one-window DNI", "λ-return, λ = 0.5", "BP(λ), λ = 0.5"]
+    assert rows[1][2] == "1.0" and all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows[1:])
