@@ -22,7 +22,7 @@ LAYERS = [
     ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
-    ["steps", "boundary_targets", "tbptt", "divergence", "batches", "evaluation", "checkpoint", "course",
+    ["steps", "boundary_targets", "eligibility_traces", "tbptt", "divergence", "batches", "evaluation", "checkpoint", "course",
      "course.driver", "course.checkers", "course.ownwork", "course.solutions", "blackbox", "__init__"],
     ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells",
      "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
