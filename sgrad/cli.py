@@ -106,6 +106,7 @@ def _int_at_least(minimum):
 
 _positive_float = _checked(float, "a number", lambda value: check_number(value, "", above=0, example="0.01"))
 _weight = _checked(float, "a number", lambda value: check_number(value, "", above=0, at_most=1, example="0.1"))
+_fraction = _checked(float, "a number", lambda value: check_number(value, "", at_least=0, at_most=1, example="0.5"))
 
 
 def _bits(text):
@@ -317,8 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
     rnn.add_argument("--max-repeats", type=_int_at_least(1), default=RNN_DEFAULTS.max_repeats,
                      help=f"Repeat Copy draws R from 1 to this (default {RNN_DEFAULTS.max_repeats})")
     _add_rates(rnn, RNN_DEFAULTS, "the LSTM and the readout (Adam)")
-    rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="LAMBDA",
-                     help="DNI: the weight λ in (0, 1] of the synthetic gradient where it enters a window's "
+    rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="GAMMA",
+                     help="DNI: the weight γ in (0, 1] of the synthetic gradient where it enters a window's "
                           f"backward, a discount per window (default {RNN_DEFAULTS.synthetic_scale:g})")
     rnn.add_argument("--targets", default=RNN_DEFAULTS.generator_targets, choices=TARGETS,
                      help="what the DNI generator regresses onto: 'bootstrap' (the method, default) or 'true' (a "
@@ -327,6 +328,12 @@ def build_parser() -> argparse.ArgumentParser:
                      help="DNI: the windows a bootstrapped target spans: the loss of N windows backpropagated, "
                           "then ĝ at their end (default 1, the method; N > 1 is a teaching option, as n-step "
                           "returns in temporal-difference learning)")
+    rnn.add_argument("--lambda", dest="td_lambda", type=_fraction, default=None, metavar="LAMBDA",
+                     help="DNI: regress onto the λ-return, a mixture of every n-window target weighted by λ in "
+                          "[0, 1] as in TD(λ) (0: the method's one-window target; default: not used)")
+    rnn.add_argument("--traces", action="store_true",
+                     help="with --lambda: learn the λ-return online with eligibility traces over the generator's "
+                          "parameters, accumulate BP(λ), instead of targets computed on copies")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     _add_output(rnn, "rnn", unit="cell", steps="steps", every=1000)
@@ -398,7 +405,7 @@ def _refuse_unused(args: argparse.Namespace, options: dict[str, Any], *, used: b
     for dest, default in options.items():
         value = getattr(args, dest)
         if value != default:
-            flag = "--" + dest.replace("_", "-")
+            flag = {"td_lambda": "--lambda"}.get(dest, "--" + dest.replace("_", "-"))
             shown = "" if isinstance(value, bool) else " " + (",".join(map(str, value)) if isinstance(value, tuple)
                                                                else str(value))
             message = f"{flag}{shown} does nothing here: {reason}; {fix.format(flag=flag)}"
@@ -492,14 +499,16 @@ def _parallel(args: argparse.Namespace) -> str:
 
 def _rnn(args: argparse.Namespace) -> str:
     _refuse_unused(args, {"target_windows": RNN_DEFAULTS.target_windows, "targets": RNN_DEFAULTS.generator_targets,
-                          "synthetic_scale": RNN_DEFAULTS.synthetic_scale, "generator_lr": RNN_DEFAULTS.generator_alpha},
+                          "td_lambda": None, "traces": False, "synthetic_scale": RNN_DEFAULTS.synthetic_scale,
+                          "generator_lr": RNN_DEFAULTS.generator_alpha},
                    used="dni" in args.methods,
                    reason=f"it sets the DNI generator, and --methods {','.join(args.methods)} trains none",
                    fix="add dni to --methods, or leave {flag} out")
     config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
                        synthetic_scale=args.synthetic_scale, generator_targets=args.targets,
-                       target_windows=args.target_windows, eval_every=args.eval_every)
+                       target_windows=args.target_windows, td_lambda=args.td_lambda, traces=args.traces,
+                       eval_every=args.eval_every)
     results = run_rnn_grid(tasks=args.tasks, methods=args.methods, windows=args.windows, seeds=args.seeds,
                            config=config, out_dir=args.out, progress=None if args.quiet else print_progress,
                            checkpoint_every=args.checkpoint_every or None)
