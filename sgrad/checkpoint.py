@@ -130,15 +130,17 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> pathlib.P
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
+    tmp = None
+    try:  # an interrupt (Ctrl-C, or SIGTERM through sgrad's handler) may land between any two lines
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as file:
             write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        if tmp is not None and os.path.exists(tmp):  # gone once the rename is done
+            os.unlink(tmp)
         raise
     return path
 
