@@ -1,7 +1,7 @@
-"""Checks of the datasets' arguments: integers, flags, seeds, integers to encode, rows of bits.
+"""Checks of the datasets' arguments: integers, flags, seeds, sizes, integers to encode, rows of bits.
 
 Each check says what was expected, what came, and what to do.  sgrad's own
-checks (:mod:`sgrad.validation`) take the first four from here, so that
+checks (:mod:`sgrad.validation`) take the first five from here, so that
 ``data_gen`` needs nothing of sgrad's and every check is written once.
 """
 
@@ -12,6 +12,10 @@ import numpy as np
 
 # What a ``seed=`` argument may be: None (fresh entropy), an integer >= 0, or a SeedSequence.
 Seed = int | np.random.SeedSequence | None
+# The most memory the arrays that one call makes may take (a batch of sequences, a layer's weights): far more than
+# any of sgrad's tasks and layers need, and less than a laptop holds, so that an absurd size is refused at once
+# instead of filling the memory until the system kills the process.
+MAX_ARRAY_BYTES = 2 * 2**30
 
 
 def check_integer(value: Any, name: str, *, minimum: int = 1) -> int:
@@ -28,6 +32,16 @@ def check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False; got {value!r} ({type(value).__name__})")
     return bool(value)
+
+
+def check_bytes(nbytes: int, what: str, fix: str) -> None:
+    """Refuse, before anything is allocated, arrays of ``nbytes`` bytes in all if that is more than MAX_ARRAY_BYTES.
+
+    ``what`` names the arrays in the message ("a batch of 1000000 Copy sequences"), ``fix`` says what to do.
+    """
+    if nbytes > MAX_ARRAY_BYTES:
+        raise ValueError(f"{what} would take {nbytes:,} bytes ({nbytes / 2**30:,.1f} GiB), more than the "
+                         f"{MAX_ARRAY_BYTES / 2**30:g} GiB that sgrad allows for the arrays of one call; {fix}")
 
 
 def make_rng(seed: Seed, rng: np.random.Generator | None) -> np.random.Generator:

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, DTypeLike
 
-from .checks import Seed, check_integer, make_rng
+from .checks import Seed, check_bytes, check_integer, make_rng
 
 DEFAULT_MAX_REPEATS = 10
 # The DNI paper's curriculum (appendix, Copy and Repeat Copy): N goes up by one when the average error
@@ -51,8 +51,9 @@ def copy_batch(batch: int, length: int, *, bits: int = 8, seed: Seed = None, rng
     batch, length, bits = (check_integer(v, name) for v, name in ((batch, "batch"), (length, "length"),
                                                                     (bits, "bits")))
     dtype = _check_dtype(dtype)
-    vectors = make_rng(seed, rng).integers(0, 2, size=(batch, length, bits)).astype(dtype)
     time = 2 * length + 1
+    _check_batch_bytes(batch, length, bits, time, bits + 1, dtype, "Copy")
+    vectors = make_rng(seed, rng).integers(0, 2, size=(batch, length, bits)).astype(dtype)
     x = np.zeros((batch, time, bits + 1), dtype=dtype)
     x[:, :length, :bits] = vectors
     x[:, length, bits] = 1.0
@@ -79,8 +80,9 @@ def repeat_copy_batch(batch: int, length: int, repeats: int | ArrayLike, *, bits
     max_repeats = check_integer(max_repeats, "max_repeats")
     r = _check_repeats(repeats, batch, max_repeats)
     dtype = _check_dtype(dtype)
-    vectors = make_rng(seed, rng).integers(0, 2, size=(batch, length, bits)).astype(dtype)
     time = length + int(r.max()) * length + 2
+    _check_batch_bytes(batch, length, bits, time, bits + 2, dtype, "Repeat Copy")
+    vectors = make_rng(seed, rng).integers(0, 2, size=(batch, length, bits)).astype(dtype)
     x = np.zeros((batch, time, bits + 2), dtype=dtype)
     x[:, :length, :bits] = vectors
     x[:, length, bits] = 1.0
@@ -176,6 +178,13 @@ class Curriculum:
 
     def __repr__(self) -> str:
         return f"Curriculum(length={self.length}, solved={self.solved}, threshold={self.threshold})"
+
+
+def _check_batch_bytes(batch, length, bits, time, channels, dtype, task):
+    """Refuse a batch whose arrays would not fit: the drawn bits (int64, then ``dtype``), and x, y and the mask."""
+    nbytes = batch * length * bits * (8 + dtype.itemsize) + batch * time * (2 * channels) * dtype.itemsize
+    check_bytes(nbytes, f"a batch of {batch} {task} sequences of {time} steps ({bits} bits each)",
+                "use a smaller batch, length, bits or number of repeats")
 
 
 def _check_repeats(repeats, batch, max_repeats):

@@ -19,6 +19,7 @@ next save of that checkpoint removes what a killed one left behind.
 
 import hashlib
 import json
+import math
 import os
 import pathlib
 import re
@@ -29,9 +30,11 @@ from typing import IO, Any, NamedTuple
 
 import numpy as np
 
+from .batches import BatchOrder
 from .module import Module
 from .provenance import CHANGED, is_this_code, made_by
 from .provenance import source_digest as source_digest  # what made_by reads, named here as before
+from .validation import check_record
 
 FORMAT = "sgrad-checkpoint"
 FORMAT_VERSION = 1
@@ -127,15 +130,17 @@ def atomic_write(path: PathLike, write: Callable[[IO[bytes]], Any]) -> pathlib.P
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
+    tmp = None
+    try:  # an interrupt (Ctrl-C, or SIGTERM through sgrad's handler) may land between any two lines
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as file:
             write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        if tmp is not None and os.path.exists(tmp):  # gone once the rename is done
+            os.unlink(tmp)
         raise
     return path
 
@@ -174,7 +179,10 @@ def load_checkpoint(path: PathLike, network: Network | None = None) -> Checkpoin
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise CheckpointError(f"{path} is an .npz file but not an sgrad checkpoint (format {FORMAT!r} expected)")
     version = metadata.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise CheckpointError(f"{path} is damaged: its 'format_version' must be a whole number from 1 to "
+                              f"{FORMAT_VERSION}; got {version!r}; delete it to start afresh, or restore it from a copy")
+    if version > FORMAT_VERSION:
         raise CheckpointError(f"{path} was written in checkpoint format version {version!r}, but this sgrad reads "
                               f"versions up to {FORMAT_VERSION}; load it with a newer sgrad")
     checkpoint = Checkpoint(metadata,
@@ -198,28 +206,36 @@ def fingerprint(*arrays: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def save_run(path: PathLike, network: Network, run: dict, *, step: int, rng: np.random.Generator, history: dict,
-             loop: dict | None = None, extra: dict[str, np.ndarray] | None = None) -> pathlib.Path:
+def save_run(path: PathLike, network: Network, run: dict, *, step: int, batches: dict[str, Any], history: dict,
+             loop: dict | None = None) -> pathlib.Path:
     """Checkpoint a training loop after ``step`` steps, so that :func:`resume_run` can carry it on.
 
     run : what identifies the run (method, settings without the budget, data fingerprint); JSON-ready.
-    rng : the loop's batch generator; its ``bit_generator.state`` is saved.
-    history : the history so far (JSON-ready).  loop : any other JSON-ready loop
-    state.  extra : loop arrays, e.g. the current batch order (n_train,).
+    batches : the batch order's state (:meth:`sgrad.batches.BatchOrder.state`: its rng's state, the
+        pass's order (n_train,) and the position in it).
+    history : the history so far (JSON-ready).  loop : any other JSON-ready loop state.
     """
-    metadata = {"run": run, "step": step, "rng": rng.bit_generator.state, "history": history, "loop": loop or {}}
-    return save_checkpoint(path, network, metadata=metadata, extra=extra)
+    metadata = {"run": run, "step": step, "rng": batches["rng"], "history": history,
+                "loop": {"position": batches["position"], **(loop or {})}}
+    return save_checkpoint(path, network, metadata=metadata, extra={"order": batches["order"]})
 
 
-def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: int, rng: np.random.Generator,
+def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: int, batches: BatchOrder,
+               history: dict, check_history: Callable[[dict], Any] | None = None,
                progress: Callable[[str], None] | None = None) -> Checkpoint | None:
-    """Carry on the run saved at ``path`` if it is this run: load ``network`` and ``rng`` and return the checkpoint.
+    """Carry on the run saved at ``path`` if it is this run: load ``network`` and ``batches``; return the checkpoint.
 
     Returns None (training starts afresh, and ``progress`` is told why) if
     there is no file, or it was saved by other code (another sgrad version or
     source, see :func:`made_by`), or by another run (``run`` differs), or it
-    is already past ``budget`` steps.  A damaged file raises :class:`CheckpointError`.
-    The checkpoint's ``metadata`` holds ``step``, ``history`` and ``loop``.
+    is already past ``budget`` steps.  A file that is damaged, or whose fields
+    do not hold what :func:`save_run` writes (``history`` shaped like the fresh
+    ``history`` given here, see :func:`~sgrad.validation.check_record`),
+    raises :class:`CheckpointError` naming the file and the field, and
+    changes nothing; so does a saved history that ``check_history`` refuses
+    (with a ValueError or TypeError: the experiment's own state, e.g. its
+    curriculum).  The checkpoint's ``metadata`` holds ``step``, ``history``
+    and ``loop``.
     """
     if path is None:
         return None
@@ -227,23 +243,65 @@ def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: in
     if not pathlib.Path(path).exists():
         return None
     checkpoint = load_checkpoint(path)
-    saved, expected = checkpoint.metadata.get("run"), json.loads(json.dumps(run))
+    metadata = checkpoint.metadata
+    saved, expected = metadata.get("run"), json.loads(json.dumps(run))
     reason = None
-    code = checkpoint.metadata.get("code")
+    code = metadata.get("code")
     if not is_this_code(code):
         reason = ("it was saved by other code (" + _code_differences(code, ours)
                   + "), whose results would not be this code's")
     elif saved != expected:
         reason = "it was saved with other settings or data (" + _differences(saved, expected) + ")"
-    elif checkpoint.metadata["step"] > budget:
-        reason = f"it is at step {checkpoint.metadata['step']}, past this run's {budget}"
+    else:
+        _check_run_fields(path, checkpoint, batches, history, check_history)
+        if metadata["step"] > budget:
+            reason = f"it is at step {metadata['step']}, past this run's {budget}"
     if reason is not None:
         if progress is not None:
             progress(f"not resuming from {path}: {reason}; starting afresh")
         return None
     load_network_state(network, checkpoint.network)
-    rng.bit_generator.state = checkpoint.metadata["rng"]
+    batches.rng.bit_generator.state = metadata["rng"]
+    batches.order, batches.position = checkpoint.extra["order"], metadata["loop"]["position"]
     return checkpoint
+
+
+def damaged(path: PathLike, what: str) -> CheckpointError:
+    """The error for a checkpoint at ``path`` whose field is not what sgrad wrote; ``what`` says which and why."""
+    return CheckpointError(f"{path} is damaged: {what}; delete it to start afresh, or restore it from a copy")
+
+
+def _check_run_fields(path, checkpoint, batches, history, check_history):
+    """Refuse a checkpoint of a loop whose fields do not hold what :func:`save_run` writes, before anything loads."""
+    metadata, order = checkpoint.metadata, checkpoint.extra.get("order")
+    step = metadata.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise damaged(path, f"its 'step' must be a whole number >= 0; got {step!r}")
+    try:
+        probe = type(batches.rng.bit_generator)()
+        probe.state = metadata.get("rng")
+    except (TypeError, ValueError, KeyError) as error:
+        raise damaged(path, f"its 'rng' is not the state of a {type(probe).__name__} generator ({error})") from None
+    try:
+        check_record(metadata.get("history"), history, "its 'history'")
+        check_record(metadata.get("loop"), {"position": 0, "losses": []}, "its 'loop'")
+    except ValueError as error:
+        raise damaged(path, str(error)) from None
+    if check_history is not None:
+        try:
+            check_history(metadata["history"])
+        except (TypeError, ValueError, KeyError) as error:
+            raise damaged(path, f"its 'history' does not hold a state this experiment can carry on from ({error})"
+                          ) from None
+    if not isinstance(order, np.ndarray) or order.ndim != 1 or order.dtype.kind not in "iu" or (
+            len(order) and not np.array_equal(np.sort(order), np.arange(batches.examples))):
+        raise damaged(path, f"its batch 'order' must be a permutation of the {batches.examples} training examples "
+                            "(or empty)")
+    position, losses = metadata["loop"]["position"], metadata["loop"]["losses"]
+    if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= len(order):
+        raise damaged(path, f"its loop's 'position' must be a whole number from 0 to {len(order)}; got {position!r}")
+    if not all(value is not None and math.isfinite(value) for value in losses):
+        raise damaged(path, "its loop's 'losses' must be finite numbers")
 
 
 def _code_differences(code, ours):

@@ -8,14 +8,17 @@
 ``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
-line and exit status 130; the checkpoints make a rerun carry on.
+line and exit status 130, and SIGTERM (from ``timeout`` or a job scheduler) the same way
+with status 143; the checkpoints make a rerun carry on.
 """
 
 import argparse
 import pathlib
+import signal
 import sys
+import time
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
@@ -29,7 +32,7 @@ from .experiments.parallel import results_table as parallel_table
 from .experiments.rnn import DEFAULT_WINDOWS, RNN_METHODS, TASKS, RnnConfig
 from .experiments.rnn import results_table as rnn_table
 from .experiments.rnn import run_grid as run_rnn_grid
-from .experiments.settings import DTYPES
+from .experiments.settings import DECOUPLED, DTYPES
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
 from .parallel.engines import WorkerFailed
@@ -45,14 +48,27 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
                "sgrad grade grades students' homework notebooks.")
 RNN_DEFAULTS = RnnConfig()
-WRITES = {  # what each command writes into its --out folder
-    "compare": "history.json, compare.png and results.md",
-    "paper": "results.md, paper.png and histories.json",
-    "parallel": "results.md, timeline.png, accuracy_time.png and histories.json",
-    "rnn": "results.md, copy_length.png, curriculum.png and histories.json",
+FILES = {  # what each command writes into its --out folder
+    "compare": ("history.json", "compare.png", "results.md"),
+    "paper": ("results.md", "paper.png", "histories.json"),
+    "parallel": ("results.md", "timeline.png", "accuracy_time.png", "histories.json"),
+    "rnn": ("results.md", "copy_length.png", "curriculum.png", "histories.json"),
 }
+WRITES = {command: f"{', '.join(names[:-1])} and {names[-1]}" for command, names in FILES.items()}
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
-TERMINATED = 143  # ... and by SIGTERM (128 + SIGTERM), as `timeout` and job schedulers send
+TERMINATED = 143  # and by SIGTERM (128 + SIGTERM), which `timeout` and job schedulers send
+
+
+_terminated: list[int] = []  # SIGTERM came: the KeyboardInterrupt that ends the command is its
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    """SIGTERM ends a command as Ctrl-C does: every ``except KeyboardInterrupt`` and ``finally`` runs.
+
+    (``sgrad grade`` has its own: :class:`sgrad.course.grader.Terminated`.)
+    """
+    _terminated.append(signum)
+    raise KeyboardInterrupt
 
 
 def print_progress(line: str) -> None:
@@ -264,7 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="local processes (default) or Ray actors (pip install 'sgrad[ray]')")
     par.add_argument("--ray-address", default=None,
                      help="the Ray cluster to run on, e.g. HEAD_NODE:6379 (default: a Ray started for each run "
-                          "on this machine)")
+                          "on this machine); with Ray's token authentication, the token in RAY_AUTH_TOKEN, "
+                          "RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token is used")
     par.add_argument("--budget", type=_positive_float, default=60.0,
                      help="wall-clock seconds at which the table reads each run's test accuracy (default 60)")
     par.add_argument("--depth", type=_int_at_least(2), default=PAPER_DEFAULTS.depth,
@@ -336,18 +353,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return grading.run(args)
             except grading.Terminated:
                 parser.exit(TERMINATED, f"sgrad grade: terminated; {_after_interrupt(args)}\n")
+        signal.signal(signal.SIGTERM, _terminate)
         command = {"compare": _compare, "paper": _paper, "parallel": _parallel, "rnn": _rnn}[args.command]
+        started = time.time()
         check_out_dir(args.out, "--out")
         table = command(args)
-    except (ValueError, TypeError, OSError) as error:
+    except (ValueError, TypeError, OSError, ImportError) as error:  # ImportError: a broken Ray, in its own words
         parser.exit(2, f"sgrad {args.command}: error: {error}\n")
     except WorkerFailed as error:  # a worker of sgrad parallel raised or died: every worker has stopped
         parser.exit(1, f"sgrad {args.command}: {error}\n")
     except KeyboardInterrupt:
-        parser.exit(INTERRUPTED, f"sgrad {args.command}: interrupted; {_after_interrupt(args)}\n")
+        how, status = ("terminated", TERMINATED) if _terminated else ("interrupted", INTERRUPTED)
+        parser.exit(status, f"sgrad {args.command}: {how}; {_after_interrupt(args)}\n")
     print(table)
-    print(f"wrote {args.out}/{WRITES[args.command]}", file=sys.stderr)
+    written = [name for name in FILES[args.command] if _written_since(pathlib.Path(args.out, name), started)]
+    if written:
+        print(f"wrote {args.out}/{', '.join(written[:-1])}{' and ' if len(written) > 1 else ''}{written[-1]}",
+              file=sys.stderr)
     return 0
+
+
+def _written_since(path: pathlib.Path, started: float) -> bool:
+    """Whether ``path`` was written after ``started`` (``time.time()``): what a command says it wrote, it wrote."""
+    try:
+        return path.stat().st_mtime >= started - 0.05  # a file's time may lag the clock by a tick
+    except FileNotFoundError:
+        return False
 
 
 def _after_interrupt(args: argparse.Namespace) -> str:
@@ -361,7 +392,33 @@ def _after_interrupt(args: argparse.Namespace) -> str:
     return "no checkpoints were kept (--checkpoint-every 0)"
 
 
+def _refuse_unused(args: argparse.Namespace, options: dict[str, Any], *, used: bool, reason: str, fix: str,
+                   warn: bool = False) -> None:
+    """Unless ``used``, refuse each option of ``options`` (its dest: its default) given another value than its default.
+
+    An option that would change nothing must not look as if it did: ``reason`` says why it does nothing
+    here, ``fix`` (with ``{flag}``) what to do.  ``warn``: say so in a line on stderr and carry on instead
+    (for the generators' options, which a list of arguments shared between runs of several methods may hold).
+    """
+    if used:
+        return
+    for dest, default in options.items():
+        value = getattr(args, dest)
+        if value != default:
+            flag = {"td_lambda": "--lambda"}.get(dest, "--" + dest.replace("_", "-"))
+            shown = "" if isinstance(value, bool) else " " + (",".join(map(str, value)) if isinstance(value, tuple)
+                                                               else str(value))
+            message = f"{flag}{shown} does nothing here: {reason}; {fix.format(flag=flag)}"
+            if not warn:
+                raise ValueError(message)
+            print(f"sgrad {args.command}: warning: {message}", file=sys.stderr)
+
+
 def _compare(args: argparse.Namespace) -> str:
+    _refuse_unused(args, {"targets": DEFAULTS.generator_targets, "generator_lr": DEFAULTS.generator_alpha},
+                   used=any(method in ("dni", "cdni") for method in args.methods),
+                   reason=f"it sets the generators, and --methods {','.join(args.methods)} trains none",
+                   fix="add dni or cdni to --methods, or leave {flag} out", warn=True)
     histories = compare(
         args.methods, output_dim=args.bits, num_train=args.train, num_test=args.test,
         out_dir=args.out, progress=None if args.quiet else print_progress,
@@ -375,6 +432,17 @@ def _compare(args: argparse.Namespace) -> str:
 def _paper(args: argparse.Namespace) -> str:
     from data_gen.mnist import IMAGE_SHAPE, load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
+    _refuse_unused(args, {"channels": PAPER_DEFAULTS.channels, "kernel_size": PAPER_DEFAULTS.kernel_size},
+                   used=args.arch == "cnn", reason="it sets the CNN's conv blocks, and --arch mlp builds fully "
+                                                   "connected ones", fix="add --arch cnn, or leave {flag} out")
+    _refuse_unused(args, {"hidden": PAPER_DEFAULTS.hidden}, used=args.arch == "mlp",
+                   reason="it sets the width of fully connected blocks, and --arch cnn builds conv blocks of "
+                          "--channels filters", fix="leave {flag} out")
+    _refuse_unused(args, {"generator": PAPER_DEFAULTS.generator, "generator_hidden": None,
+                          "no_generator_batchnorm": False, "generator_lr": PAPER_DEFAULTS.generator_alpha},
+                   used=args.methods is None or any(method in DECOUPLED for method in args.methods),
+                   reason=f"it sets the generators, and --methods {','.join(args.methods or ())} trains none",
+                   fix="add dni, cdni or synthetic-loss to --methods, or leave {flag} out", warn=True)
     generator_hidden = args.generator_hidden
     if generator_hidden is None:
         generator_hidden = (args.channels, args.channels) if args.arch == "cnn" else PAPER_DEFAULTS.generator_hidden
@@ -402,6 +470,12 @@ def _parallel(args: argparse.Namespace) -> str:
 
     from data_gen.mnist import load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
+    _refuse_unused(args, {"staleness": 0, "generator": PAPER_DEFAULTS.generator,
+                          "generator_hidden": PAPER_DEFAULTS.generator_hidden,
+                          "generator_lr": PAPER_DEFAULTS.generator_alpha},
+                   used=any(schedule in ("dni", "cdni") for schedule in args.schedules),
+                   reason=f"it sets the generators, and --schedules {','.join(args.schedules)} trains none",
+                   fix="add dni or cdni to --schedules, or leave {flag} out", warn=True)
     config = PaperConfig(
         depth=args.depth, iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
         generator=args.generator, generator_hidden=args.generator_hidden, alpha=args.lr,
@@ -424,6 +498,12 @@ def _parallel(args: argparse.Namespace) -> str:
 
 
 def _rnn(args: argparse.Namespace) -> str:
+    _refuse_unused(args, {"target_windows": RNN_DEFAULTS.target_windows, "targets": RNN_DEFAULTS.generator_targets,
+                          "td_lambda": None, "traces": False, "synthetic_scale": RNN_DEFAULTS.synthetic_scale,
+                          "generator_lr": RNN_DEFAULTS.generator_alpha},
+                   used="dni" in args.methods,
+                   reason=f"it sets the DNI generator, and --methods {','.join(args.methods)} trains none",
+                   fix="add dni to --methods, or leave {flag} out")
     config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
                        synthetic_scale=args.synthetic_scale, generator_targets=args.targets,

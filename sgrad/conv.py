@@ -100,10 +100,13 @@ class Conv2d(WeightsAndBias):
         self.stride = validation.check_integer(stride, "stride")
         self.padding = validation.check_integer(padding, "padding", minimum=0)
         init = validation.check_choice(init, "init", INITIALIZERS)
-        self.dtype = validation.check_float_dtype(dtype)
+        self.dtype = validation.check_trainable_dtype(dtype, "a Conv2d")
         rng = validation.make_rng(seed, rng)
         kernel_height, kernel_width = self.kernel_size
         fan_in = self.in_channels * kernel_height * kernel_width
+        validation.check_bytes(fan_in * self.out_channels * self.dtype.itemsize,
+                               f"the weights of Conv2d({self.in_channels}, {self.out_channels}, "
+                               f"{kernel_height}x{kernel_width})", "use fewer channels or a smaller kernel")
         matrix = initialize(init, (fan_in, self.out_channels), rng, self.dtype)  # (fan_in, fan_out), as for a Layer
         self.weights = np.ascontiguousarray(matrix.T.reshape(self.out_channels, self.in_channels, *self.kernel_size))
         self.bias = np.zeros(self.out_channels, dtype=self.dtype) if validation.check_bool(bias, "bias") else None

@@ -113,9 +113,12 @@ class Recurrent(OwnParameters):
         self.input_dim = validation.check_integer(input_dim, "input_dim")
         self.hidden_dim = validation.check_integer(hidden_dim, "hidden_dim")
         init = validation.check_choice(init, "init", INITIALIZERS)
-        self.dtype = validation.check_float_dtype(dtype)
+        self.dtype = validation.check_trainable_dtype(dtype, f"an {type(self).__name__}")
         rng = validation.make_rng(seed, rng)
         width = self.gates * self.hidden_dim
+        validation.check_bytes((self.input_dim + self.hidden_dim) * width * self.dtype.itemsize,
+                               f"the weights of {type(self).__name__}({self.input_dim}, {self.hidden_dim})",
+                               "use a smaller input_dim or hidden_dim")
         self.weights_x = initialize(init, (self.input_dim, width), rng, self.dtype)
         self.weights_h = initialize(init, (self.hidden_dim, width), rng, self.dtype)
         self.bias = np.zeros(width, dtype=self.dtype)

@@ -44,6 +44,13 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
     ``reduction='none'``) takes it; mask: (batch, time) step weights (default ones).  L = (1/batch) Σ mask ℓ
     over every step.  ``sequence_ends=False``: more of the sequence follows, so the last window ends at a boundary.
     Returns ``(L, s_end, generator_losses)``: s_end (batch, state_dim), one loss per boundary M learnt at.
+
+    Every argument is checked before the first window runs (:func:`check_tbptt`), so a bad one changes
+    nothing.  What no check can foresee, a number that overflows (NumPy set to raise, as the experiments'
+    loop sets it) or an interrupt, stops the step in window k: the windows before k have stepped the
+    core, the readout and M, and window k has stepped whatever it reached (M learns in 4., before the
+    core and the readout descend in 5.); the state s_k is lost with the step.  Nothing is rolled back:
+    a training loop that sees it raise treats the run as diverged, or carries on from its last checkpoint.
     """
     s, window, weights, scale = check_tbptt(core, readout, x, y, loss_fn, alpha, window, mask, state, sequence_ends,
                                             generator, generator_alpha, synthetic_scale, targets)
@@ -166,6 +173,10 @@ def _check_data(core, readout, x, y, loss_fn, window, mask, state):
     if getattr(readout, "input_dim", None) != core.hidden_dim:
         raise ValueError(f"the readout must take the core's hidden_dim, {core.hidden_dim}, features per step; "
                          f"it takes {getattr(readout, 'input_dim', None)}")
+    if isinstance(readout, Module):  # the readout takes a window's steps as rows: the last window may be short
+        shortest = time % window or window
+        readout.check_batch_size(batch * shortest, f"the readout's input in the last window (batch {batch} x "
+                                                   f"{shortest} steps)")
     validation.check_array_type(y, "y", "a NumPy array of shape (batch, time, ...)")
     if y.shape[:2] != (batch, time):
         raise ValueError(f"y must have one target per sequence and step, shape ({batch}, {time}, ...) "

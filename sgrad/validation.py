@@ -4,7 +4,7 @@ Each check says what was expected, what came, and what to do, and returns the
 value it checked, so a caller writes ``width = check_integer(width, "width")``.
 Only public methods call these; the code they call trusts its inputs.
 
-The checks of integers, flags and seeds are the datasets' own
+The checks of integers, flags, seeds and sizes are the datasets' own
 (:mod:`data_gen.checks`, which needs nothing of sgrad's), imported here so
 that the library has one place to look.
 """
@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from data_gen.checks import Seed, check_bool, check_integer, make_rng
+from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, check_integer, make_rng
 
-__all__ = ["Seed", "check_array_type", "check_batch", "check_bool", "check_choice", "check_condition", "check_feature_maps",
-           "check_fits_dtype", "check_float_dtype", "check_integer", "check_learning_rate", "check_number",
-           "check_same_shape", "check_widths", "make_rng"]
+__all__ = ["MAX_ARRAY_BYTES", "Seed", "check_array_type", "check_batch", "check_bool", "check_bytes", "check_choice",
+           "check_condition", "check_feature_maps", "check_fits_dtype", "check_float_dtype", "check_integer",
+           "check_labels", "check_learning_rate", "check_number", "check_record", "check_same_shape",
+           "check_trainable_dtype", "check_widths", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 
@@ -76,6 +77,20 @@ def check_float_dtype(dtype: Any, name: str = "dtype") -> np.dtype:
         raise TypeError(f"{name} must be a floating type such as np.float64; got {dtype!r}") from None
     if resolved.kind != "f":
         raise TypeError(f"{name} must be a floating type such as np.float64; got {resolved}")
+    return resolved
+
+
+def check_trainable_dtype(dtype: Any, what: str) -> np.dtype:
+    """Return ``np.dtype(dtype)`` if ``what`` (e.g. 'an LSTM') can train in it: a floating type of 32 bits or more.
+
+    float16's largest number is 65504: the sums of a recurrent or convolutional backward pass exceed it
+    on ordinary data, and the update that follows writes NaN into the weights.
+    """
+    resolved = check_float_dtype(dtype)
+    if resolved.itemsize < 4:
+        raise TypeError(f"{what} cannot train in {resolved}: its largest number, {float(np.finfo(resolved).max):g}, is "
+                        f"soon exceeded by the sums of a backward pass, and the update would then write NaN into the "
+                        "weights; use np.float32 or np.float64")
     return resolved
 
 
@@ -186,6 +201,24 @@ def _check_finite(array, name, first):
     return array
 
 
+def check_labels(labels: Any, name: str, classes: int) -> np.ndarray:
+    """Check that ``labels`` is a NumPy array of integer classes in [0, classes), shape (n,); return it.
+
+    Floats are refused even when whole, so that 1.5 is never read as 1; and -1 is refused, which
+    NumPy's indexing would read as the last class.
+    """
+    check_array_type(labels, name, "a NumPy array of integer labels, shape (n,)")
+    if labels.ndim != 1:
+        raise ValueError(f"{name} must have shape (n,), one integer class per example; got shape {labels.shape}")
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"{name} must hold integers; got dtype {labels.dtype}. Convert whole-number classes with "
+                        f"{name}.astype(np.int64)")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ValueError(f"{name} must lie in [0, {classes - 1}] for {classes} classes; got values from "
+                         f"{labels.min()} to {labels.max()}")
+    return labels
+
+
 def check_same_shape(array: Any, name: str, reference: np.ndarray, reference_name: str, *,
                      same_dtype: bool = False) -> np.ndarray:
     """Check that ``array`` is a finite float array with the shape of ``reference``; return it.
@@ -223,3 +256,53 @@ def check_condition(condition: Any, condition_dim: int, batch: int, owner: str) 
     if condition.shape[0] != batch:
         raise ValueError(f"condition must have one row per example: the input has {batch} rows, "
                          f"the condition has {condition.shape[0]}")
+
+
+# ---------------------------------------------------------------- records read back from JSON
+
+_NUMBERS = object()  # what an empty list of a template may hold: numbers, None, or lists of them
+
+
+def check_record(value: Any, template: Any, name: str) -> None:
+    """Check that ``value``, read back from JSON, has the shape of ``template`` (what a fresh record holds).
+
+    A dict holds at least the template's keys (more are allowed), each value shaped like the
+    template's; a list holds elements shaped like the template's first one, or, if the template's
+    list is empty, numbers, None or lists of them (e.g. a curriculum's (step, N, error) triples);
+    a number is a number (int or float, not a bool), a string a string, a bool a bool; the
+    template's None takes anything.  Raises ValueError naming where, e.g.
+    ``"history['curriculum']['length'] must be a number; got 'x' (str)"``.
+    """
+    def fail(what):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise ValueError(f"{name} must be {what}; got {shown} ({type(value).__name__})")
+
+    if template is None:
+        return
+    if isinstance(template, dict):
+        if not isinstance(value, dict):
+            fail("a JSON object")
+        missing = [key for key in template if key not in value]
+        if missing:
+            raise ValueError(f"{name} has no {missing[0]!r}")
+        for key, inner in template.items():
+            check_record(value[key], inner, f"{name}[{key!r}]")
+    elif isinstance(template, list):
+        if not isinstance(value, list):
+            fail("a list")
+        for k, element in enumerate(value):
+            check_record(element, template[0] if template else _NUMBERS, f"{name}[{k}]")
+    elif template is _NUMBERS:
+        if isinstance(value, list):
+            for k, element in enumerate(value):
+                check_record(element, _NUMBERS, f"{name}[{k}]")
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            fail("a number, null or a list of them")
+    elif isinstance(template, bool):
+        if not isinstance(value, bool):
+            fail("true or false")
+    elif isinstance(template, numbers.Real):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            fail("a number")
+    elif isinstance(template, str) and not isinstance(value, str):
+        fail("a string")

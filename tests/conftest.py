@@ -271,3 +271,16 @@ def started(arguments, **options):
             if run.poll() is None:
                 os.killpg(run.pid, signal.SIGKILL)
                 run.wait(timeout=30)
+
+
+def damage_checkpoint(path, change):
+    """Rewrite the checkpoint at ``path`` as a damaged copy would hold it: ``change(metadata, arrays)`` edits its
+    JSON metadata and its arrays in place; the archive is written anew, so its checksums are good."""
+    import json
+
+    with np.load(path) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    metadata = json.loads(arrays.pop("metadata").tobytes())
+    change(metadata, arrays)
+    arrays["metadata"] = np.frombuffer(json.dumps(metadata).encode(), dtype=np.uint8)
+    np.savez(path, **arrays)

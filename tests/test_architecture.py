@@ -136,7 +136,8 @@ def test_the_library_below_the_experiments_takes_only_the_argument_checks_from_d
     below = [p for p in modules() if LAYER_OF[sgrad_imports(p)[0]] < LAYER_OF["experiments.loop"]]
     imported = {p.name: line.strip() for p in below for line in p.read_text().splitlines()
                 if line.lstrip().startswith(("import data_gen", "from data_gen"))}
-    assert imported == {"validation.py": "from data_gen.checks import Seed, check_bool, check_integer, make_rng"}
+    assert imported == {"validation.py": "from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, "
+                                         "check_integer, make_rng"}
 
 
 def test_import_sgrad_loads_neither_matplotlib_nor_the_datasets():

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import copy_of_the_code, tiny_mnist
+from conftest import copy_of_the_code, damage_checkpoint, tiny_mnist
 
 import sgrad
 from data_gen import generate_split
@@ -175,6 +175,16 @@ def test_a_file_from_a_newer_format_asks_for_a_newer_sgrad(tmp_path, monkeypatch
     with pytest.raises(CheckpointError, match=r"format version 2, but this sgrad reads versions up to 1; "
                                               "load it with a newer sgrad"):
         load_checkpoint(tmp_path / "new.npz")
+
+
+@pytest.mark.parametrize("version", [True, -7, 0, "1", None], ids=["true", "negative", "zero", "text", "none"])
+def test_a_format_version_that_is_no_version_is_refused_naming_the_field(saved_stack, version):
+    damage_checkpoint(saved_stack, lambda metadata, arrays: metadata.update(format_version=version))
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(saved_stack)
+    assert str(info.value) == (f"{saved_stack} is damaged: its 'format_version' must be a whole number from 1 to "
+                               f"{ckpt.FORMAT_VERSION}; got {version!r}; delete it to start afresh, or restore it "
+                               "from a copy")
 
 
 def test_an_npz_that_is_not_a_checkpoint_is_refused(tmp_path):

@@ -20,6 +20,7 @@ from conftest import started, tiny_mnist
 from matplotlib.image import imread
 
 import sgrad
+from sgrad.checkpoint import load_checkpoint
 from sgrad.experiments.binary_addition import METHODS
 
 SGRAD = Path(sys.executable).parent / "sgrad"
@@ -250,6 +251,31 @@ def test_compare_function_returns_a_history_per_requested_method(tmp_path, monke
     assert list(tmp_path.iterdir()) == []  # out_dir=None writes nothing
 
 
+TINY_COMMANDS = {
+    "paper": ["--methods", "backprop", "--depths", "2", "--iterations", "4", "--eval-every", "2", "--batch-size", "8",
+              "--hidden", "16", "--no-verify", "--data", "mnist.npz"],
+    "parallel": ["--schedules", "backprop", "--workers", "1", "--iterations", "4", "--eval-every", "2", "--batch-size",
+                 "8", "--hidden", "16", "--no-verify", "--data", "mnist.npz"],
+    "rnn": ["--tasks", "copy", "--methods", "bptt", "--windows", "2", "--steps", "4", "--eval-every", "2", "--hidden",
+            "8", "--bits", "3", "--batch-size", "4"],
+}
+
+
+@pytest.mark.parametrize("command", TINY_COMMANDS)
+def test_a_truncated_cell_is_refused_in_one_line_naming_the_file_and_what_to_do(tmp_path, command):
+    tiny_mnist(tmp_path)
+    arguments = [str(SGRAD), command, *TINY_COMMANDS[command], "--out", "out"]
+    first = subprocess.run(arguments, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    [cell] = (tmp_path / "out" / "cells").iterdir()
+    cell.write_text(cell.read_text()[:100])
+    again = subprocess.run(arguments, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2
+    [line] = again.stderr.splitlines()
+    assert line.startswith(f"sgrad {command}: error: out/cells/{cell.name} is damaged: it is not JSON ("), line
+    assert line.endswith("; delete it to train the cell again")
+
+
 # --- help -------------------------------------------------------------------------------------
 
 
@@ -308,8 +334,14 @@ def test_every_option_of_paper_has_a_help_text():
      "sgrad compare: error: the backprop network would need 4,000,000,128 bytes (3.7 GiB) for its 250,000,008 "
      "parameters, their gradients and adam's state, more than the 2 GiB that sgrad allows "
      "(sgrad.experiments.settings.MAX_NETWORK_BYTES); use smaller widths"),
+    (["paper", "--channels", "32", "--out", "{tmp}/out"],
+     "sgrad paper: error: --channels 32 does nothing here: it sets the CNN's conv blocks, and --arch mlp builds fully "
+     "connected ones; add --arch cnn, or leave --channels out"),
+    (["paper", "--arch", "cnn", "--hidden", "100", "--out", "{tmp}/out"],
+     "sgrad paper: error: --hidden 100 does nothing here: it sets the width of fully connected blocks, and --arch cnn "
+     "builds conv blocks of --channels filters; leave --hidden out"),
 ], ids=["depth-0", "missing-data", "compare-out-below-a-file", "paper-out-below-a-file", "batch-over-subset",
-        "hidden-ten-million"])
+        "hidden-ten-million", "channels-with-mlp", "hidden-with-cnn"])
 def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_path, args, message):
     (tmp_path / "notes.txt").write_text("a file\n")
     tiny_mnist(tmp_path)
@@ -343,3 +375,27 @@ def test_ctrl_c_ends_with_one_line_status_130_and_no_process_left(tmp_path):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["dni.npz"]  # whole: no temporary file left
     with pytest.raises(ProcessLookupError):
         os.killpg(run.pid, 0)  # the command's process group is empty: no child outlived it
+
+
+@pytest.mark.parametrize("command", ["compare", "rnn"])
+def test_sigterm_ends_a_command_as_ctrl_c_does_with_status_143_and_a_whole_checkpoint(tmp_path, command):
+    """As `timeout` or a job scheduler sends it: to the whole process group."""
+    out = tmp_path / "out"
+    arguments = ({"compare": [*TINY, "--methods", "dni", "--epochs", "100000", "--checkpoint-every", "2"],
+                  "rnn": [*TINY_COMMANDS["rnn"], "--steps", "100000000", "--checkpoint-every", "2"]}[command])
+    with started([str(SGRAD), command, *arguments, "--out", str(out)], cwd=tmp_path) as run:
+        first = run.stderr.readline()
+        assert first.startswith("[dni] epoch 1/100000" if command == "compare" else "[copy, bptt, T=2, seed 0] step 2/")
+        deadline = time.monotonic() + 60
+        while not list(out.glob("checkpoints/*.npz")) and time.monotonic() < deadline:  # a checkpoint to keep whole
+            time.sleep(0.05)
+        os.killpg(run.pid, signal.SIGTERM)
+        stdout, rest = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert stdout == ""
+    assert [line for line in rest.splitlines() if not line.startswith("[")] == [
+        f"sgrad {command}: terminated; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
+    [checkpoint] = (out / "checkpoints").iterdir()  # whole: no temporary file left
+    assert load_checkpoint(checkpoint).metadata["step"] > 0
+    with pytest.raises(ProcessLookupError):
+        os.killpg(run.pid, 0)

@@ -441,3 +441,17 @@ def test_a_conv_block_keeps_its_dtype_through_a_step(dtype, rule, batchnorm, see
     assert_dtype(dtype, output=h, input_delta=delta, **{f"gradient of {k}": g for k, g in block.gradients.items()})
     block.update(0.01)
     assert_tree_dtype(dtype, block, "conv block")
+
+
+def test_weights_too_large_for_memory_are_refused_before_anything_is_allocated():
+    with pytest.raises(ValueError, match=re.escape(
+            "the weights of Conv2d(1000000, 1000000, 3x3) would take 72,000,000,000,000 bytes (67,055.2 GiB), more "
+            "than the 2 GiB that sgrad allows for the arrays of one call; use fewer channels or a smaller kernel")):
+        Conv2d(10**6, 10**6, 3)
+
+
+def test_float16_is_refused_where_a_backward_pass_would_overflow_it_into_nan_weights():
+    with pytest.raises(TypeError, match=re.escape(
+            "a Conv2d cannot train in float16: its largest number, 65504, is soon exceeded by the sums of a backward "
+            "pass, and the update would then write NaN into the weights; use np.float32 or np.float64")):
+        Conv2d(3, 8, 3, dtype=np.float16)

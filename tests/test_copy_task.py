@@ -109,3 +109,16 @@ def test_curriculum_raises_n_when_the_average_error_falls_below_the_paper_thresh
 def test_data_gen_exports_the_copy_tasks():
     assert data_gen.copy_batch is copy_batch and data_gen.Curriculum is Curriculum
     assert data_gen.copy_task.repeat_copy_batch is repeat_copy_batch
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: copy_batch(10**6, 10**6), "a batch of 1000000 Copy sequences of 2000001 steps (8 bits each) would take "
+                                       "416,000,144,000,000 bytes (387,430.3 GiB), more than the 2 GiB"),
+    (lambda: repeat_copy_batch(2, 1, 10**8, max_repeats=10**8), "a batch of 2 Repeat Copy sequences of 100000003 steps"),
+    (lambda: copy_batch(10, 10, bits=10**9), "a batch of 10 Copy sequences of 21 steps (1000000000 bits each)"),
+], ids=["copy", "repeat-copy", "bits"])
+def test_a_batch_too_large_for_memory_is_refused_before_anything_is_allocated(make, message):
+    with pytest.raises(ValueError) as info:
+        make()
+    assert str(info.value).startswith(message)
+    assert str(info.value).endswith("; use a smaller batch, length, bits or number of repeats")

@@ -50,3 +50,14 @@ def test_check_out_dir_refuses_a_folder_it_may_not_write_in(tmp_path):
     locked.mkdir(mode=0o500)
     with pytest.raises(ValueError, match="you may not write in"):
         files.check_out_dir(locked / "out")
+
+
+def test_one_writer_refuses_a_second_holder_naming_the_first_and_lets_go_when_done(tmp_path):
+    out = tmp_path / "out"
+    with files.one_writer(out):
+        with pytest.raises(files.FolderInUse) as info, files.one_writer(out):
+            pass
+        assert str(info.value) == (f"{out} is being written by another sgrad run (process {os.getpid()}); wait for "
+                                   "it to end, or give this run another folder")
+    with files.one_writer(out):  # let go: the next run takes the folder
+        assert (out / files.LOCK_FILE).read_text() == f"{os.getpid()}\n"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import assert_group_ends, started, tiny_mnist
 
-from sgrad.experiments.parallel import accuracy_at, examples_per_second, timeline_window
+from sgrad.experiments.parallel import NO_RATE, accuracy_at, examples_per_second, timeline_window
 from sgrad.parallel import SCHEDULE_NAMES
 
 SGRAD = Path(sys.executable).parent / "sgrad"
@@ -116,7 +116,77 @@ def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path):
     assert_group_ends(run.pid, "the command's group")  # no worker outlived the command, nor did its helpers
 
 
+def test_a_run_resumed_with_a_larger_budget_keeps_the_timeline_and_late_targets_it_recorded_before(tmp_path):
+    """The timeline's steps (near the middle of the run) are the same for 300 and 350 iterations, and lie before the
+    checkpoint at 300 that the second command resumes from."""
+    assert timeline_window(300, 100) == timeline_window(350, 100)
+    data = str(tiny_mnist(tmp_path))
+    common = [*TINY, "--eval-every", "100", "--checkpoint-every", "100", "--schedules", "dni", "--workers", "2",
+              "--data", data]
+    results = [run_parallel(tmp_path, *common, "--iterations", iterations, "--out", out)
+               for out, iterations in (("broken", "300"), ("broken", "350"), ("unbroken", "350"))]
+    assert [result.returncode for result in results] == [0, 0, 0], results
+    assert ("[dni, 2 workers] resumed from broken/checkpoints/dni-2.npz at iteration 300 of 350"
+            in results[1].stderr)
+    runs = {out: json.loads((tmp_path / out / "histories.json").read_text())["runs"][0]
+            for out in ("broken", "unbroken")}
+    assert len(runs["unbroken"]["timeline"]) > 0
+    assert (sorted((e["worker"], e["kind"], e["step"]) for e in runs["broken"]["timeline"])
+            == sorted((e["worker"], e["kind"], e["step"]) for e in runs["unbroken"]["timeline"]))
+    assert runs["broken"]["stale_targets"] == runs["unbroken"]["stale_targets"] == {"0": 2 * 350}  # 2 generators
+    assert (tmp_path / "broken" / "timeline.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_comparison_without_backprop_or_dni_draws_the_timeline_of_what_it_ran_and_says_only_what_it_wrote(tmp_path):
+    result = run_parallel(tmp_path, *TINY, "--schedules", "pipelined-backprop", "--workers", "2",
+                          "--data", str(tiny_mnist(tmp_path)), "--out", "out")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == "wrote out/results.md, timeline.png, accuracy_time.png and histories.json"
+    assert (tmp_path / "out" / "timeline.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_run_too_short_for_a_rate_shows_a_dash_and_why_never_nan(tmp_path):
+    result = run_parallel(tmp_path, *TINY, "--iterations", "2", "--schedules", "dni", "--workers", "2",
+                          "--data", str(tiny_mnist(tmp_path)), "--out", "out")
+    assert result.returncode == 0, result.stderr
+    assert "nan" not in result.stdout
+    [[schedule, workers, speed, *_]] = table_rows(result.stdout)
+    assert (schedule, workers, speed) == ("dni", "2", "–")
+    assert result.stdout.rstrip().endswith(NO_RATE)
+    assert (tmp_path / "out" / "results.md").read_text().rstrip().endswith(NO_RATE)
+
+
+def test_a_generator_option_without_a_dni_schedule_is_warned_of_and_the_run_goes_on(tmp_path):
+    result = run_parallel(tmp_path, *TINY, "--schedules", "backprop", "--workers", "1", "--staleness", "2",
+                          "--data", str(tiny_mnist(tmp_path)), "--out", "out")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[:2] == [
+        "sgrad parallel: warning: --staleness 2 does nothing here: it sets the generators, and --schedules backprop "
+        "trains none; add dni or cdni to --schedules, or leave --staleness out",
+        "sgrad parallel: warning: --generator-hidden 8 does nothing here: it sets the generators, and --schedules "
+        "backprop trains none; add dni or cdni to --schedules, or leave --generator-hidden out"]
+
+
+def test_sigterm_ends_with_one_line_status_143_no_leaked_semaphore_and_no_worker_left(tmp_path):
+    out = tmp_path / "out"
+    with started([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", "dni", "--workers", "2",
+                  "--checkpoint-every", "3", "--data", str(tiny_mnist(tmp_path)), "--out", str(out)],
+                 cwd=tmp_path) as run:
+        run.stderr.readline()
+        second = run.stderr.readline()  # after the checkpoint at iteration 3
+        assert second.startswith("[dni, 2 workers] iteration 6/1000000  train loss "), second
+        os.killpg(run.pid, signal.SIGTERM)  # as `timeout` sends it: to the whole group, the workers too
+        stdout, rest = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert stdout == ""
+    assert [line for line in rest.splitlines() if not line.startswith("[dni, 2 workers] iteration")] == [
+        f"sgrad parallel: terminated; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
+    assert_group_ends(run.pid, "the command's group")
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["dni-2.npz"]
+
+
 def test_examples_per_second_count_from_the_first_evaluation_to_the_last():
+    assert examples_per_second({"iteration": [100], "evaluation_time": [5.0]}, 256) is None
     history = {"iteration": [100, 200, 300], "evaluation_time": [5.0, 7.0, 9.0]}
     assert examples_per_second(history, 256) == pytest.approx(200 * 256 / 4.0)
 

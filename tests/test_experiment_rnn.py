@@ -3,12 +3,16 @@ every method, the grid's cache and resume, the figures, and the command as a use
 
 import dataclasses
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import damage_checkpoint, started
 
 from sgrad.experiments import rnn
 from sgrad.experiments.rnn import RnnConfig, build_model, results_table, run_grid, train_cell
@@ -138,6 +142,19 @@ def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path
     assert second.stderr.count("loaded from out") == 8 and "done in" not in second.stderr
 
 
+def test_a_checkpoint_whose_curriculum_is_damaged_is_refused_in_one_line_naming_it(tmp_path):
+    args = [*TINY_ARGS, "--windows", "2", "--tasks", "copy", "--methods", "bptt", "--checkpoint-every", "20"]
+    first = run_sgrad(tmp_path, *args, "--out", "out")
+    assert first.returncode == 0, first.stderr
+    checkpoint = tmp_path / "out" / "checkpoints" / "copy-bptt-T2-seed0.npz"
+    damage_checkpoint(checkpoint, lambda metadata, arrays: metadata["history"]["curriculum"].update(length=0))
+    again = run_sgrad(tmp_path, *[a if a != "40" else "60" for a in args], "--out", "out")
+    assert again.returncode == 2
+    assert again.stderr.splitlines()[-1].startswith(
+        "sgrad rnn: error: out/checkpoints/copy-bptt-T2-seed0.npz is damaged: its 'history' does not hold a state "
+        "this experiment can carry on from (length must be at least 1; got 0)"), again.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["--windows", "0,2"], "expected comma-separated windows T of at least 1"),
     (["--methods", "dni-aux"], "expected a comma-separated subset of bptt,dni"),
@@ -152,11 +169,54 @@ def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path
     (["--traces"], "traces=True learns the λ-return online: give td_lambda too"),
     (["--targets", "true", "--target-windows", "2"], "generator_targets='true' backpropagates through every later "
                                                      "step already; target_windows=2 asks for n-step"),
+    (["--methods", "bptt", "--target-windows", "2"], "sgrad rnn: error: --target-windows 2 does nothing here: it sets "
+                                                     "the DNI generator, and --methods bptt trains none; add dni to "
+                                                     "--methods, or leave --target-windows out"),
+    (["--methods", "bptt", "--synthetic-scale", "0.5"], "--synthetic-scale 0.5 does nothing here"),
 ])
 def test_a_bad_argument_exits_2_with_one_line_saying_what_came(tmp_path, args, message):
     result = run_sgrad(tmp_path, *args)
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--hidden", "100000000"], "the bptt model of copy (hidden 100000000, bits 8) would need "),
+    (["--bits", "100000000"], "the bptt model of copy (hidden 64, bits 100000000) would need "),
+    (["--max-repeats", "100000000"], "a training step on repeat-copy at N = 1 (32 sequences, hidden 64, bits 8, "
+                                     "max_repeats 100000000) would take "),
+    (["--batch-size", "100000000"], "a training step on copy at N = 1 (100000000 sequences, "),
+], ids=["hidden", "bits", "max-repeats", "batch-size"])
+def test_sizes_too_large_for_memory_are_refused_at_once_in_one_line(tmp_path, args, message):
+    start = time.perf_counter()
+    result = run_sgrad(tmp_path, *args, "--out", "out")
+    assert time.perf_counter() - start < 30  # refused before anything is allocated, not after minutes of swapping
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"sgrad rnn: error: {message}"), line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("task", rnn.TASKS)
+@pytest.mark.parametrize("method", rnn.RNN_METHODS)
+def test_the_parameter_count_is_that_of_the_model_built(task, method):
+    model = build_model(task, method, TINY)
+    assert rnn.parameter_count(task, method, TINY) == sum(v.size for m in model for v in m.parameters.values())
+
+
+def test_a_second_run_on_the_same_folder_is_refused_naming_the_first_and_a_killed_run_blocks_nothing(tmp_path):
+    args = ["--tasks", "copy", "--methods", "bptt", "--windows", "2", "--hidden", "8", "--bits", "3",
+            "--batch-size", "4", "--eval-every", "20", "--out", "out"]
+    with started([str(SGRAD), "rnn", *args, "--steps", "1000000"], cwd=tmp_path) as first:
+        assert first.stderr.readline().startswith("[copy, bptt, T=2, seed 0] step 20/1000000")  # it holds the folder
+        second = run_sgrad(tmp_path, *args, "--steps", "40")
+        assert second.returncode == 2
+        assert second.stderr == (f"sgrad rnn: error: out is being written by another sgrad run (process {first.pid}); "
+                                 "wait for it to end, or give this run another folder\n")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+    third = run_sgrad(tmp_path, *args, "--steps", "40")  # the lock died with the killed run
+    assert third.returncode == 0, third.stderr
 
 
 def test_every_option_of_rnn_has_a_help_text():

@@ -243,6 +243,28 @@ def test_ctrl_c_or_sigterm_prints_one_line_exits_130_or_143_and_ends_the_kernel(
     assert marked(value) == []
 
 
+def test_sigterm_to_the_group_prints_one_line_exits_143_and_ends_the_kernel(tmp_path):
+    notebook = tmp_path / "loops.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import time\nwhile True:\n    time.sleep(0.05)")]), notebook)
+    value = uuid.uuid4().hex
+    with started([sys.executable, "-m", "sgrad", "grade", str(notebook)], env={**os.environ, MARK: value}) as run:
+        deadline = time.monotonic() + 60
+        while len(marked(value)) < 2:  # the grader and its kernel
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.2)
+        time.sleep(2)  # the kernel is into the endless cell
+        os.killpg(run.pid, signal.SIGTERM)  # as `timeout` or a job scheduler sends it
+        report, errors = run.communicate(timeout=60)
+    assert run.returncode == 143, errors
+    assert report == ""
+    assert errors == "sgrad grade: terminated; nothing was graded; the notebook is as it was\n"
+    deadline = time.monotonic() + 10
+    while marked(value) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marked(value) == []
+
+
 LAUNCHER = """\
 import os, pathlib, sys
 starts = pathlib.Path(os.environ["SGRAD_TEST_KERNEL_STARTS"])

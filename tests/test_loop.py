@@ -9,10 +9,11 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import damage_checkpoint
 
 import sgrad
 from sgrad.batches import BatchOrder
-from sgrad.checkpoint import load_checkpoint
+from sgrad.checkpoint import CheckpointError, load_checkpoint
 from sgrad.experiments import loop, mnist
 from sgrad.losses import mse, softmax_cross_entropy
 from sgrad.steps import backprop_step
@@ -189,6 +190,53 @@ def test_a_checkpoint_of_another_run_is_not_resumed(tmp_path):
     fresh = run(steps=4, checkpoint=tmp_path / "run.npz", run={"trainer": "other"}, progress=lines.append)
     assert lines[0].startswith(f"[regression] not resuming from {tmp_path / 'run.npz'}: ")
     assert without_wall_time(fresh) == without_wall_time(run(steps=4))
+
+
+def set_field(name, value, within=None):
+    def change(metadata, arrays):
+        (metadata if within is None else metadata[within])[name] = value
+    return change
+
+
+def drop_field(name, within=None):
+    def change(metadata, arrays):
+        (metadata if within is None else metadata[within]).pop(name)
+    return change
+
+
+def set_order(order):
+    def change(metadata, arrays):
+        arrays["extra.order"] = order
+    return change
+
+
+@pytest.mark.parametrize("change, message", [
+    (set_field("step", "6"), "its 'step' must be a whole number >= 0; got '6'"),
+    (set_field("step", -1), "its 'step' must be a whole number >= 0; got -1"),
+    (set_field("step", True), "its 'step' must be a whole number >= 0; got True"),
+    (drop_field("has_uint32", within="rng"), "its 'rng' is not the state of a PCG64 generator"),
+    (set_field("rng", "PCG64"), "its 'rng' is not the state of a PCG64 generator"),
+    (drop_field("mean_loss", within="history"), "its 'history' has no 'mean_loss'"),
+    (set_field("evaluated_at", "3", within="history"), "its 'history'['evaluated_at'] must be a list; got '3' (str)"),
+    (drop_field("loop"), "its 'loop' must be a JSON object; got None (NoneType)"),
+    (set_field("position", 99, within="loop"), "its loop's 'position' must be a whole number from 0 to 10; got 99"),
+    (set_field("losses", ["a"], within="loop"), "its 'loop'['losses'][0] must be a number, null or a list of them"),
+    (set_field("losses", [float("nan")], within="loop"), "its loop's 'losses' must be finite numbers"),
+    (set_order(np.arange(5)), "its batch 'order' must be a permutation of the 10 training examples (or empty)"),
+    (set_order(np.zeros(10, dtype=int)), "its batch 'order' must be a permutation of the 10 training examples"),
+], ids=["step-text", "step-negative", "step-bool", "rng-incomplete", "rng-text", "history-missing", "history-type",
+        "loop-missing", "position", "losses-text", "losses-nan", "order-short", "order-repeats"])
+def test_a_checkpoint_whose_fields_are_damaged_is_refused_naming_the_file_and_the_field(tmp_path, change, message):
+    path = tmp_path / "run.npz"
+    run(steps=6, checkpoint=path)
+    damage_checkpoint(path, change)
+    layers, fresh = network(), network()
+    with pytest.raises(CheckpointError) as info:
+        run(layers, steps=10, checkpoint=path)
+    assert str(info.value).startswith(f"{path} is damaged: {message}"), str(info.value)
+    assert str(info.value).endswith("; delete it to start afresh, or restore it from a copy")
+    for ours, initial in zip(layers, fresh):  # refused before anything loads
+        np.testing.assert_array_equal(ours.weights, initial.weights)
 
 
 # --- wall time ------------------------------------------------------------------------------------------

@@ -8,8 +8,9 @@ import time
 
 import numpy as np
 import pytest
+from conftest import damage_checkpoint
 
-from sgrad.checkpoint import load_checkpoint, network_state
+from sgrad.checkpoint import CheckpointError, load_checkpoint, network_state
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
 from sgrad.parallel import SCHEDULE_NAMES, split_layers, train_parallel
 from sgrad.parallel.local import LocalEngine
@@ -222,6 +223,41 @@ def test_a_resumed_run_ends_where_an_unbroken_run_with_the_same_checkpoints_ends
     assert resumed_history.history["test_accuracy"] == history.history["test_accuracy"]
 
 
+def test_a_resumed_run_keeps_the_timeline_and_the_late_targets_of_the_steps_before_its_checkpoint(data, tmp_path):
+    options = dict(workers=3, run={"test": "diagnostics"}, checkpoint_every=4, timeline_steps=(3, 10))
+    _, unbroken = parallel("dni", data, checkpoint=tmp_path / "unbroken.npz", **options)
+    parallel("dni", data, config=dataclasses.replace(CONFIG, iterations=8), checkpoint=tmp_path / "broken.npz",
+             **options)
+    _, resumed = parallel("dni", data, checkpoint=tmp_path / "broken.npz", **options)
+
+    def steps(result):
+        return sorted((e.worker, e.kind, e.step) for e in result.timeline)
+
+    assert {step for _, _, step in steps(unbroken)} == set(range(3, 11))
+    assert steps(resumed) == steps(unbroken)
+    assert unbroken.stale_targets == {0: 3 * CONFIG.iterations}  # a target per generator and step, all on time
+    assert resumed.stale_targets == unbroken.stale_targets
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda metadata, arrays: metadata["loop"].pop("timeline"), "its 'loop' has no 'timeline'"),
+    (lambda metadata, arrays: metadata["loop"]["timeline"].append({"worker": 0}), "has no 'kind'"),
+    (lambda metadata, arrays: metadata["loop"].update(stale_targets={"late": 3}), "its loop's 'stale_targets' must"),
+    (lambda metadata, arrays: metadata["loop"].update(stale_targets={"0": -3}), "its loop's 'stale_targets' must count"),
+    (lambda metadata, arrays: metadata["rng"].pop("has_uint32"), "its 'rng' is not the state of a PCG64 generator"),
+    (lambda metadata, arrays: metadata["loop"].pop("position"), "its 'loop' has no 'position'"),
+], ids=["no-timeline", "event", "stale-key", "stale-count", "rng", "position"])
+def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_field_before_any_worker_starts(data, tmp_path,
+                                                                                               change, message):
+    options = dict(workers=2, run={"test": "damage"}, checkpoint=tmp_path / "c.npz", timeline_steps=(1, 4))
+    parallel("dni", data, config=dataclasses.replace(CONFIG, iterations=4), **options)
+    damage_checkpoint(tmp_path / "c.npz", change)
+    with pytest.raises(CheckpointError) as info:
+        parallel("dni", data, **options)
+    assert str(info.value).startswith(f"{tmp_path / 'c.npz'} is damaged: "), str(info.value)
+    assert message in str(info.value)
+
+
 def test_the_checkpoint_holds_every_workers_arrays_as_train_paper_names_them(data, tmp_path):
     layers, _ = parallel("cdni", data, workers=3, run={"test": 1}, checkpoint=tmp_path / "c.npz")
     saved = load_checkpoint(tmp_path / "c.npz")
@@ -240,6 +276,19 @@ def test_data_in_another_dtype_than_the_network_is_refused_before_any_worker_sta
     with pytest.raises(TypeError, match=r"x_train must have the network's dtype, float64; got float32"):
         train_parallel(layers, single, schedule="dni", loss_fn=summed_cross_entropy, alpha=1e-3, steps=2,
                        batch_size=8, rng=batch_rng(), eval_every=1)
+
+
+@pytest.mark.parametrize("labels, error, message", [
+    (lambda y: np.where(y == 9, -1, y), ValueError, r"the labels of x_train must lie in \[0, 9\] for 10 classes; got "
+                                                    r"values from -1 to 8"),
+    (lambda y: y + 10, ValueError, r"the labels of x_train must lie in \[0, 9\] for 10 classes; got values from 10"),
+    (lambda y: y.astype(float), TypeError, "the labels of x_train must hold integers; got dtype float64"),
+    (lambda y: y[:-1], ValueError, "the labels of x_train must be one per row of x_train: 64; got 63"),
+], ids=["minus-one", "ten", "floats", "one-short"])
+def test_labels_are_checked_before_any_worker_starts(data, labels, error, message):
+    """In the driver, before the engine starts: a worker's failure would be a WorkerFailed, not this error."""
+    with pytest.raises(error, match=message):
+        parallel("dni", (data[0], labels(data[1]), *data[2:]), workers=2)
 
 
 def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch(data):

@@ -173,3 +173,33 @@ def test_scaling_passes_the_machine_on():
     shared = scaling("dni", block, 0.0, blocks=8, workers=(2, 8), cores=2)
     assert shared[2] == pytest.approx(ideal[2]) and shared[8] == pytest.approx(ideal[2], rel=1e-2)
     assert ideal[8] == pytest.approx(4 * ideal[2])
+
+
+GOOD = [BlockTimes(1.0, 1.0, 0.5, 0.2, 0.2)] * 2
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: throughput("dni", [BlockTimes(float("nan"), 1.0, 0.5)] * 2, 0.1, 2), ValueError,
+     r"blocks\[0\].forward \(seconds\) must be a finite number >= 0, e.g. 0.002; got nan"),
+    (lambda: throughput("dni", [BlockTimes(1.0, -1.0, 0.5)] * 2, 0.1, 2), ValueError,
+     r"blocks\[0\].backward \(seconds\) must be a finite number >= 0"),
+    (lambda: throughput("dni", GOOD, -0.1, 2), ValueError, r"top \(seconds\) must be a finite number >= 0"),
+    (lambda: throughput("dni", GOOD, 0.1, 2, contention=-1.0), ValueError,
+     "contention must be a finite number >= 0, e.g. 0.1; got -1.0"),
+    (lambda: throughput("dni", GOOD, 0.1, 0), ValueError, "workers must be at least 1; got 0"),
+    (lambda: throughput("dni", GOOD, 0.1, 3), ValueError, "workers must be at most the 2 blocks"),
+    (lambda: throughput("sgd", GOOD, 0.1, 2), ValueError, "unknown schedule 'sgd'; choose one of 'backprop', "),
+    (lambda: throughput("dni", GOOD, 0.1, 2, steps=1), ValueError, "steps must be at least 2; got 1"),
+    (lambda: throughput("dni", GOOD, 0.1, 2, steps=0), ValueError, "steps must be at least 2; got 0"),
+    (lambda: throughput("dni", GOOD, 0.1, 2, cores=0), ValueError, "cores must be at least 1; got 0"),
+    (lambda: throughput("dni", GOOD, 0.1, 2, transfer=float("inf")), ValueError, r"transfer \(seconds\) must be a"),
+    (lambda: throughput("dni", [BlockTimes(0.0, 0.0, 0.0)] * 2, 0.0, 1), ValueError, "take no time at all"),
+    (lambda: throughput("dni", [(1.0, 1.0, 0.5)], 0.1, 1), TypeError, r"blocks\[0\] must be a BlockTimes"),
+    (lambda: scaling("dni", GOOD[0], 0.1, blocks=8, workers=(0, 2)), ValueError, "workers must be at least 1"),
+    (lambda: scaling("dni", GOOD[0], 0.1, blocks=8, workers=()), TypeError, "workers must be a non-empty sequence"),
+], ids=["nan-time", "negative-time", "negative-top", "negative-contention", "no-workers", "more-workers-than-blocks",
+        "unknown-schedule", "one-step", "no-steps", "no-cores", "infinite-transfer", "no-time", "a-tuple",
+        "scaling-no-workers", "scaling-empty"])
+def test_bad_inputs_are_refused_with_what_came(call, error, message):
+    with pytest.raises(error, match=message):
+        call()

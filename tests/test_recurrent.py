@@ -316,3 +316,17 @@ def test_the_usage_example_in_the_module_docstring_runs():
     namespace: dict = {}
     exec(compile(code, pathlib.Path(sgrad.recurrent.__file__).name, "exec"), namespace)
     assert namespace["d_state"].shape == (16, 64) and namespace["outputs"].shape == (16, 8, 32)
+
+
+@pytest.mark.parametrize("cls, nbytes", [(RNN, "16,000,000,000,000"), (LSTM, "64,000,000,000,000")])
+def test_weights_too_large_for_memory_are_refused_before_anything_is_allocated(cls, nbytes):
+    with pytest.raises(ValueError) as info:
+        cls(10**6, 10**6)
+    assert str(info.value).startswith(f"the weights of {cls.__name__}(1000000, 1000000) would take {nbytes} bytes")
+    assert str(info.value).endswith("; use a smaller input_dim or hidden_dim")
+
+
+@pytest.mark.parametrize("cls", [RNN, LSTM])
+def test_float16_is_refused_where_a_backward_pass_would_overflow_it_into_nan_weights(cls):
+    with pytest.raises(TypeError, match=f"an {cls.__name__} cannot train in float16: its largest number, 65504, "):
+        cls(5, 16, dtype=np.float16)

@@ -9,7 +9,7 @@ import pytest
 from conftest import RecordingGenerator, assert_same_state, tree_state
 
 import sgrad
-from sgrad import Layer, LinearGenerator, SyntheticLossGenerator, UpdateRule
+from sgrad import BatchNorm, Layer, LinearGenerator, Sequential, SyntheticLossGenerator, UpdateRule
 from sgrad.boundary_targets import NWindows, Untruncated
 from sgrad.losses import mse
 from sgrad.recurrent import LSTM, RNN
@@ -280,6 +280,10 @@ BAD_TBPTT = {
     "readout of another width": (lambda a: {"readout": Layer(4, 2, "identity")}, ValueError,
                                  r"the readout must take the core's hidden_dim, 3"),
     "learning rate 0": ({"alpha": 0}, ValueError, r"alpha \(a learning rate\)"),
+    "a batch-norm readout with one row in the last window": (
+        lambda a: {"x": a["x"][:1], "y": a["y"][:1], "mask": a["mask"][:1],
+                   "readout": Sequential([Layer(3, 2, "identity", seed=0), BatchNorm(2)])}, ValueError,
+        r"the readout's input in the last window \(batch 1 x 1 steps\) has 1 row, but batch norm in training mode"),
     "true targets without a generator": ({"generator": None, "targets": Untruncated()}, ValueError,
                                          r"none was given"),
     "n-step targets without a generator": ({"generator": None, "targets": NWindows(2)}, ValueError,

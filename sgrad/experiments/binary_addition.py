@@ -29,7 +29,7 @@ from ..losses import bce_with_logits, mse
 from ..nonlinearities import NONLINEARITIES
 from ..steps import forward_all, predict, true_gradients
 from ..validation import check_batch, check_choice, check_integer, check_widths
-from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
 from .loop import RunName, run_and_report, take_step, train_loop
 from .settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings,
                        check_split, learning_rates)
@@ -290,15 +290,16 @@ def compare(methods: str | Sequence[str] = METHODS, *, output_dim: int = 8, num_
                            config.update_rule, f"the {method} network")
     check_out_dir(out_dir)
     data = generate_split(output_dim, num_train, num_test, seed=config.seed)
-    histories = {}
-    for method in methods:
-        run = functools.partial(train, method, data, config, progress=progress,
-                                checkpoint=checkpoint_path(out_dir, method, checkpoint_every),
-                                checkpoint_every=checkpoint_every)
-        histories[method] = run_and_report(run, f"[{method}]", progress)
-    if out_dir is not None:
-        task = {"name": "binary_addition", "output_dim": output_dim, "num_train": num_train, "num_test": num_test}
-        write_results(histories, out_dir, task=task, config=config)
+    with one_writer(out_dir):  # one run at a time writes to a folder
+        histories = {}
+        for method in methods:
+            run = functools.partial(train, method, data, config, progress=progress,
+                                    checkpoint=checkpoint_path(out_dir, method, checkpoint_every),
+                                    checkpoint_every=checkpoint_every)
+            histories[method] = run_and_report(run, f"[{method}]", progress)
+        if out_dir is not None:
+            task = {"name": "binary_addition", "output_dim": output_dim, "num_train": num_train, "num_test": num_test}
+            write_results(histories, out_dir, task=task, config=config)
     return histories
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..provenance import CHANGED, is_this_code, made_by
+from ..validation import check_record
 from .files import atomic_write_text
 
 CELLS_FOLDER = "cells"
@@ -35,15 +36,25 @@ class CellCache:
         assert self.out_dir is not None
         return pathlib.Path(self.out_dir) / CELLS_FOLDER / f"{name}.json"
 
-    def load(self, name: str, settings: dict[str, Any], label: str) -> dict[str, Any] | None:
+    def load(self, name: str, settings: dict[str, Any], label: str, result: dict[str, Any]) -> dict[str, Any] | None:
         """What :meth:`save` kept of cell ``name`` if this code made it with ``settings``; else None.
 
         settings : JSON-ready, what the cell depends on.  label : before every progress line, e.g. '[dni, depth 3]'.
+        result : what a fresh cell's result holds, e.g. ``{'history': <a fresh history>}``: a reused cell
+            must be shaped like it (:func:`~sgrad.validation.check_record`).
+
+        A file that is not a cell (not JSON, damaged or cut short, or shaped otherwise) raises ValueError
+        naming it and saying to delete it, so that the cell trains again.
         """
         if self.out_dir is None or not self.path(name).exists():
             return None
         path = self.path(name)
-        record = json.loads(path.read_text())
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise damaged(path, f"it is not JSON ({error})") from None
+        if not isinstance(record, dict):
+            raise damaged(path, f"it holds a JSON {type(record).__name__}, not a cell (a JSON object)")
         if record.get("settings") != json.loads(json.dumps(settings)):
             return None  # made with other settings or data: train again
         if not is_this_code(record.get("code")):
@@ -51,6 +62,10 @@ class CellCache:
                    else f"{CHANGED}; start Python again to run the edited code")
             self._say(f"{label} not reusing {path}: {why}; training again")
             return None
+        try:
+            check_record(record, result, "the cell")
+        except ValueError as error:
+            raise damaged(path, str(error)) from None
         self._say(f"{label} loaded from {self.out_dir}")
         return record
 
@@ -62,3 +77,8 @@ class CellCache:
     def _say(self, line):
         if self.progress is not None:
             self.progress(line)
+
+
+def damaged(path: pathlib.Path, what: str) -> ValueError:
+    """The error for a cell file at ``path`` that sgrad cannot read; ``what`` says why."""
+    return ValueError(f"{path} is damaged: {what}; delete it to train the cell again")

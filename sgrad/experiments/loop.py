@@ -68,7 +68,8 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
                evaluate: Callable[[int, list[float], dict], str | None], *, steps: int, eval_every: int,
                batches: BatchOrder, history: dict[str, Any], names: RunName, run: dict[str, Any],
                checkpoint: str | os.PathLike[str] | None = None, checkpoint_every: int | None = None,
-               keep_step_losses: bool = False, progress: Progress = None) -> dict[str, Any]:
+               check_history: Callable[[dict], Any] | None = None, keep_step_losses: bool = False,
+               progress: Progress = None) -> dict[str, Any]:
     """Train ``network`` for ``steps`` steps, a batch from ``batches`` each; returns the history.
 
     eval_every : ``evaluate`` runs every this many steps, and once more at the
@@ -80,7 +81,9 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
         budget, data fingerprint); JSON-ready.
     checkpoint, checkpoint_every : an .npz path saved every ``checkpoint_every``
         steps (None: only at the end); a checkpoint there of this ``run``, within
-        ``steps``, is carried on from.
+        ``steps``, is carried on from, once its fields are checked: its history must
+        have the shape of ``history`` and pass ``check_history`` (the experiment's
+        own state, e.g. a curriculum; None: no more checks).
     keep_step_losses : also keep every step's loss in ``history['step_loss']``.
     progress : called with one line of status at evaluations and on resuming.
 
@@ -96,12 +99,11 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
             progress(f"{names.label} {line}")
 
     session_start = time.perf_counter()  # reading the checkpoint is part of this session's time
-    saved = resume_run(checkpoint, network, run, budget=steps, rng=batches.rng, progress=say)
+    saved = resume_run(checkpoint, network, run, budget=steps, batches=batches, history=history,
+                       check_history=check_history, progress=say)
     step, losses = 0, []
     if saved is not None:
-        history, step = saved.metadata["history"], saved.metadata["step"]
-        batches.order, batches.position = saved.extra["order"], saved.metadata["loop"]["position"]
-        losses = saved.metadata["loop"]["losses"]
+        history, step, losses = saved.metadata["history"], saved.metadata["step"], saved.metadata["loop"]["losses"]
         say(f"resumed from {checkpoint} at {names.unit} {step} of {steps}")
     # The time before (summed over the sessions up to the checkpoint), then this session's on top.
     start = session_start - history["wall_time"]
@@ -127,8 +129,8 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
                     record_evaluation()
                 if checkpoint is not None and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
                     history["wall_time"] = time.perf_counter() - start
-                    save_run(checkpoint, network, run, step=step, rng=batches.rng, history=history,
-                             loop={"position": batches.position, "losses": losses}, extra={"order": batches.order})
+                    save_run(checkpoint, network, run, step=step, batches=batches.state(), history=history,
+                             loop={"losses": losses})
             if losses:  # the budget ended between two evaluations: one more, at the end
                 record_evaluation()
     except FloatingPointError as error:

@@ -33,8 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from data_gen.checks import check_integers
-
 from ..batches import BatchOrder
 from ..blocks import dense_block
 from ..checkpoint import fingerprint
@@ -43,9 +41,9 @@ from ..evaluation import accuracy
 from ..generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from ..layers import Layer
 from ..losses import softmax_cross_entropy
-from ..validation import check_array_type, check_bool, check_choice, check_integer, check_widths
+from ..validation import check_bool, check_choice, check_integer, check_labels, check_widths
 from .cells import CellCache
-from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
 from .loop import RunName, run_and_report, take_step, train_loop
 from .settings import (DECOUPLED, check_batch_fits, check_methods, check_network_size, check_settings, check_split,
                        learning_rates)
@@ -278,14 +276,19 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
 
     run = {"trainer": "sgrad.experiments.mnist.train_paper", "method": method, "data": fingerprint(*data),
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "iterations"}}
-    history = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
-               "wall_time": 0.0}
+    history = new_history(method, config)
     names = RunName(f"{method} (depth {config.depth})", f"[{method}, depth {config.depth}]",
                     learning_rates(config, method in DECOUPLED), unit="iteration")
     rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
     return train_loop(layers, train_step, evaluate, steps=config.iterations, eval_every=config.eval_every,
                       batches=BatchOrder(len(x_train), config.batch_size, rng), history=history, names=names, run=run,
                       checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
+
+
+def new_history(method: str, config: PaperConfig) -> dict[str, Any]:
+    """A fresh history of :func:`train_paper` (what a cell's history holds, at least)."""
+    return {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
+            "wall_time": 0.0}
 
 
 def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER_METHODS, depths: Sequence[int] = (3,),
@@ -314,23 +317,24 @@ def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER
     # A cached cell is reused only for the same settings and the same data.
     data_tag = {"train_examples": len(data[0]), "test_examples": len(data[2]),
                 "labels_sha256": hashlib.sha256(np.ascontiguousarray(data[1]).tobytes()).hexdigest()}
-    cells, results = CellCache(out_dir, progress), {}
-    for cell_config in configs:
-        depth = cell_config.depth
-        for method in methods:
-            label, name = f"[{method}, depth {depth}]", _cell_name(method, cell_config)
-            settings = {"method": method, "config": _relevant(method, dataclasses.asdict(cell_config)), "data": data_tag}
-            cached = cells.load(name, settings, label)
-            if cached is not None:
-                results[(method, depth)] = cached["history"]
-                continue
-            run = functools.partial(train_paper, method, data, cell_config, progress=progress,
-                                    checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
-                                    checkpoint_every=checkpoint_every)
-            results[(method, depth)] = run_and_report(run, label, progress)
-            cells.save(name, settings, history=results[(method, depth)])
-    if out_dir is not None:
-        write_grid(results, out_dir, config)
+    with one_writer(out_dir):  # one run at a time writes to a folder
+        cells, results = CellCache(out_dir, progress), {}
+        for cell_config in configs:
+            depth = cell_config.depth
+            for method in methods:
+                label, name = f"[{method}, depth {depth}]", _cell_name(method, cell_config)
+                settings = {"method": method, "config": _relevant(method, dataclasses.asdict(cell_config)), "data": data_tag}
+                cached = cells.load(name, settings, label, {"history": new_history(method, cell_config)})
+                if cached is not None:
+                    results[(method, depth)] = cached["history"]
+                    continue
+                run = functools.partial(train_paper, method, data, cell_config, progress=progress,
+                                        checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
+                                        checkpoint_every=checkpoint_every)
+                results[(method, depth)] = run_and_report(run, label, progress)
+                cells.save(name, settings, history=results[(method, depth)])
+        if out_dir is not None:
+            write_grid(results, out_dir, config)
     return results
 
 
@@ -368,8 +372,7 @@ def write_grid(results: Mapping[tuple[str, int], Mapping[str, Any]], out_dir: st
 
 def _check_labels(y_train, y_test):
     for name, y in (("y_train", y_train), ("y_test", y_test)):
-        check_array_type(y, name, "a NumPy array of integer labels, shape (n,)")
-        check_integers(y, name, below=NUM_CLASSES)
+        check_labels(y, name, NUM_CLASSES)
 
 
 def _cell_name(method, config):

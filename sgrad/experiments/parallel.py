@@ -9,7 +9,8 @@ the paper's MNIST net (:class:`~sgrad.experiments.mnist.PaperConfig`, built by
 - ``results.md``: per schedule and worker count, examples per second, the test accuracy after a
   wall-clock budget and after the last step, and the run's wall time;
 - ``timeline.png``: one row per worker, a bar per forward, backward, update and wait, for locked
-  backprop against DNI on the most workers run (the picture of update locking);
+  backprop against DNI on the most workers run (the picture of update locking; the schedules run
+  on the most workers, if not both of those);
 - ``accuracy_time.png``: test accuracy against wall-clock time, per run;
 - ``histories.json``: every run's history, timeline and targets' lateness.
 
@@ -30,12 +31,12 @@ import numpy as np
 from ..checkpoint import fingerprint
 from ..divergence import TrainingDiverged
 from ..parallel.local import LocalEngine
-from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, train_parallel
+from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, new_history, train_parallel
 from ..parallel.ray_engine import RayEngine, ray_session
 from ..parallel.timeline import Event
 from ..validation import check_integer, check_number
-from .cells import CellCache
-from .files import atomic_write_text, checkpoint_path
+from .cells import CellCache, damaged
+from .files import atomic_write_text, checkpoint_path, one_writer
 from .settings import check_methods
 from .mnist import PaperConfig, build_network, check_grid, summed_cross_entropy
 
@@ -123,11 +124,12 @@ def compare_parallel(data: Sequence[np.ndarray], *, schedules: Sequence[str] = S
     schedules = check_runs(schedules, workers, config, staleness=staleness, budget=budget, engine=engine,
                            train_examples=len(data[0]), out_dir=out_dir, checkpoint_every=checkpoint_every)
     settings = {"config": dataclasses.asdict(config), "staleness": staleness, "data": fingerprint(*data)}
-    with ray_session(ray_address, cpus=max(workers)) if engine == "ray" else contextlib.nullcontext():
-        results = _every_run(data, schedules, workers, config, staleness, engine, out_dir, checkpoint_every, settings,
-                             progress)
-    if out_dir is not None:
-        write_results(results, out_dir, config, budget)
+    with one_writer(out_dir):  # one run at a time writes to a folder
+        with ray_session(ray_address, cpus=max(workers)) if engine == "ray" else contextlib.nullcontext():
+            results = _every_run(data, schedules, workers, config, staleness, engine, out_dir, checkpoint_every, settings,
+                                 progress)
+        if out_dir is not None:
+            write_results(results, out_dir, config, budget)
     return results
 
 
@@ -137,11 +139,11 @@ def _every_run(data, schedules, workers, config, staleness, engine, out_dir, che
     for schedule in schedules:
         for count in workers:
             name = f"{schedule}-{count}"
-            cached = cells.load(name, settings, f"[{schedule}, {count} workers]")
+            cached = cells.load(name, settings, f"[{schedule}, {count} workers]", {
+                "history": new_history(schedule, count), "timeline": [Event(0, "", 0, 0.0, 0.0)._asdict()],
+                "stale_targets": {}})
             if cached is not None:
-                results[(schedule, count)] = ParallelRun(
-                    cached["history"], [Event(**e) for e in cached["timeline"]],
-                    {int(k): v for k, v in cached["stale_targets"].items()})
+                results[(schedule, count)] = _cached_run(cells.path(name), cached)
                 continue
             try:
                 results[(schedule, count)] = train_schedule(
@@ -159,13 +161,32 @@ def _every_run(data, schedules, workers, config, staleness, engine, out_dir, che
     return results
 
 
-def examples_per_second(history: Mapping[str, Any], batch_size: int) -> float:
-    """Training examples per second between the first and the last evaluation (start-up left out, evaluations in)."""
+def _cached_run(path, record):
+    """The ParallelRun a cell file kept; its late-target counts must be whole numbers by whole-number lateness."""
+    counts = record["stale_targets"]
+    if not all(str(lateness).isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
+               for lateness, count in counts.items()):
+        raise damaged(path, f"its 'stale_targets' must count late targets (whole numbers >= 0) by their lateness "
+                            f"(a whole number >= 0); got {counts!r}")
+    return ParallelRun(record["history"], [Event(*(e[field] for field in Event._fields)) for e in record["timeline"]],
+                       {int(lateness): count for lateness, count in counts.items()})
+
+
+# Why a run has no examples/s in the table: the rate is measured between its first and last evaluations.
+NO_RATE = ("– examples/s: the run had fewer than two evaluations, between which its rate is measured (start-up left "
+           "out); evaluate more often (--eval-every) or train longer")
+
+
+def examples_per_second(history: Mapping[str, Any], batch_size: int) -> float | None:
+    """Training examples per second between the first and the last evaluation (start-up left out, evaluations in).
+
+    None if the run had fewer than two evaluations (or they came at the same time): there is no rate to measure.
+    """
     if len(history["iteration"]) < 2:
-        return float("nan")
+        return None
     steps = history["iteration"][-1] - history["iteration"][0]
     seconds = history["evaluation_time"][-1] - history["evaluation_time"][0]
-    return steps * batch_size / seconds if steps and seconds > 0 else float("nan")
+    return steps * batch_size / seconds if steps and seconds > 0 else None
 
 
 def accuracy_at(history: Mapping[str, Any], seconds: float) -> float | None:
@@ -175,20 +196,22 @@ def accuracy_at(history: Mapping[str, Any], seconds: float) -> float | None:
 
 
 def results_table(results: Mapping[Run, ParallelRun], config: PaperConfig, budget: float) -> str:
-    """Markdown: one row per schedule and worker count."""
+    """Markdown: one row per schedule and worker count; a run without a measured rate shows "–", and why under the table."""
     rows = [f"| schedule | workers | examples/s | test accuracy after {budget:g} s | test accuracy after "
             f"{config.iterations} steps | wall time |", "|---|---:|---:|---:|---:|---:|"]
+    missing = False
     for (schedule, count), result in results.items():
         history = result.history
         if history.get("diverged"):
             rows.append(f"| {schedule} | {count} | diverged at iteration {history.get('diverged_at_iteration', '?')} "
                         "| | | |")
             continue
-        early = accuracy_at(history, budget)
-        rows.append(f"| {schedule} | {count} | {examples_per_second(history, config.batch_size):,.0f} | "
+        early, rate = accuracy_at(history, budget), examples_per_second(history, config.batch_size)
+        missing |= rate is None
+        rows.append(f"| {schedule} | {count} | " + ("–" if rate is None else f"{rate:,.0f}") + " | "
                     + ("–" if early is None else f"{100 * early:.2f}%")
                     + f" | {100 * history['test_accuracy'][-1]:.2f}% | {history['wall_time']:.1f} s |")
-    return "\n".join(rows)
+    return "\n".join(rows) + (f"\n\n{NO_RATE}" if missing else "")
 
 
 def write_results(results: Mapping[Run, ParallelRun], out_dir: str | os.PathLike[str], config: PaperConfig,
@@ -202,8 +225,10 @@ def write_results(results: Mapping[Run, ParallelRun], out_dir: str | os.PathLike
         {"schedule": s, "workers": k, "history": r.history, "timeline": [e._asdict() for e in r.timeline],
          "stale_targets": r.stale_targets} for (s, k), r in results.items()]}))
     most = max(k for _, k in results)
-    panels = {f"{s}, {k} workers": r.timeline for (s, k), r in results.items()
-              if k == most and s in ("backprop", "dni") and r.timeline}
+    recorded = {f"{s}, {k} workers": r.timeline for (s, k), r in results.items() if k == most and r.timeline}
+    # Locked backprop against DNI if both were run; else what was.
+    panels = {title: events for title, events in recorded.items()
+              if title.split(",")[0] in ("backprop", "dni")} or recorded
     if panels:
         plot_timeline(panels, out / "timeline.png")
     plot_accuracy_against_time({f"{s}, {k} workers": r.history for (s, k), r in results.items()},

@@ -41,12 +41,12 @@ from ..boundary_targets import ONE_WINDOW, BoundaryTargets, LambdaReturn, NWindo
 from ..eligibility_traces import BPLambda
 from ..losses import bce_with_logits
 from ..tbptt import tbptt_step
-from ..validation import check_bool, check_choice, check_integer, check_number
+from ..validation import check_bool, check_bytes, check_choice, check_integer, check_number
 from .cells import CellCache
-from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
 from .loop import RunName, run_and_report, train_loop
 from .lstm_model import check_recurrent_settings, lstm_model
-from .settings import TARGETS, check_methods, check_settings, learning_rates
+from .settings import TARGETS, check_methods, check_network_size, check_settings, learning_rates
 
 TASKS = ("copy", "repeat-copy")
 RNN_METHODS = ("bptt", "dni")
@@ -132,6 +132,41 @@ def sizes(task: str, config: RnnConfig) -> tuple[int, int]:
     return (config.bits + 1, config.bits) if task == "copy" else (config.bits + 2, config.bits + 1)
 
 
+def parameter_count(task: str, method: str, config: RnnConfig) -> int:
+    """How many numbers :func:`build_model` 's model learns, counted without building it.
+
+    The LSTM's W_x (I, 4H), W_h (H, 4H) and b (4H,); the readout's weights (H, O) and bias; for
+    ``dni``, the generator's linear map of the state [h, c] (2H, 2H) and its bias.
+    """
+    input_dim, output_dim = sizes(task, config)
+    hidden = config.hidden
+    count = 4 * hidden * (input_dim + hidden + 1) + (hidden + 1) * output_dim
+    return count + (2 * hidden + 1) * 2 * hidden if method == "dni" else count
+
+
+def step_bytes(task: str, config: RnnConfig, length: int) -> int:
+    """About what one training step's arrays take at N = ``length``: the batch and what the LSTM keeps.
+
+    Per sequence and time step: x, y and the mask; the states h and c and the four gates kept for
+    the backward pass, and as many again for their gradients; the readout's logits.
+    """
+    input_dim, output_dim = sizes(task, config)
+    time = 2 * length + 1 if task == "copy" else length + config.max_repeats * length + 2
+    per_step = input_dim + 2 * output_dim + 1 + 2 * (2 + 4) * config.hidden
+    return config.batch_size * time * per_step * np.dtype(config.dtype).itemsize
+
+
+def check_sizes(tasks: Sequence[str], methods: Sequence[str], config: RnnConfig) -> None:
+    """Refuse, before anything is built, a model or a step at the curriculum's start (N = 1) too large for memory."""
+    for task in tasks:
+        for method in methods:
+            check_network_size(parameter_count(task, method, config), config.dtype, config.update_rule,
+                               f"the {method} model of {task} (hidden {config.hidden}, bits {config.bits})")
+        check_bytes(step_bytes(task, config, 1), f"a training step on {task} at N = 1 ({config.batch_size} sequences, "
+                    f"hidden {config.hidden}, bits {config.bits}, max_repeats {config.max_repeats})",
+                    "use a smaller batch_size, hidden, bits or max_repeats")
+
+
 def draw_batch(task: str, length: int, config: RnnConfig, rng: np.random.Generator
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A batch of ``task`` sequences of N = ``length`` vectors: ``(x, y, mask)`` as :mod:`data_gen.copy_task` gives them."""
@@ -178,6 +213,7 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     check_choice(task, "task", TASKS)
     check_choice(method, "method", RNN_METHODS)
     window = check_integer(window, "window (T)")
+    check_sizes([task], [method], config)
     model = build_model(task, method, config)
     core, readout = model[0], model[1]
     generator = model[2] if method == "dni" else None
@@ -215,14 +251,24 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
 
     run = {"trainer": "sgrad.experiments.rnn.train_cell", "task": task, "method": method, "window": window,
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "steps"}}
-    history = {"task": task, "method": method, "window": window, "seed": config.seed, "step": [], "length": [],
-               "error": [], "train_loss": [], "solved": 0, "solved_at": [],
-               "curriculum": Curriculum(threshold=config.threshold).state(), "wall_time": 0.0}
+    history = new_history(task, method, window, config)
     names = RunName(f"{method} ({task}, T={window})", f"[{task}, {method}, T={window}, seed {config.seed}]",
                     learning_rates(config, method == "dni"))
     return train_loop(model, train_step, evaluate, steps=config.steps, eval_every=config.eval_every,
                       batches=BatchOrder(1, 1, rng), history=history, names=names, run=run, checkpoint=checkpoint,
-                      checkpoint_every=checkpoint_every, progress=progress)
+                      checkpoint_every=checkpoint_every, check_history=_check_curriculum, progress=progress)
+
+
+def _check_curriculum(history):
+    """A resumed cell's curriculum must be one that :class:`~data_gen.copy_task.Curriculum` carries on from."""
+    Curriculum.from_state(history["curriculum"])
+
+
+def new_history(task: str, method: str, window: int, config: RnnConfig) -> dict[str, Any]:
+    """A fresh history of :func:`train_cell` (what a cell's history holds, at least)."""
+    return {"task": task, "method": method, "window": window, "seed": config.seed, "step": [], "length": [],
+            "error": [], "train_loss": [], "solved": 0, "solved_at": [],
+            "curriculum": Curriculum(threshold=config.threshold).state(), "wall_time": 0.0}
 
 
 def check_grid(tasks: Sequence[str], methods: Sequence[str], windows: Sequence[int], seeds: Sequence[int],
@@ -240,6 +286,7 @@ def check_grid(tasks: Sequence[str], methods: Sequence[str], windows: Sequence[i
             check_integer(value, f"each of {name}", minimum=minimum)
     if not isinstance(config, RnnConfig):
         raise TypeError(f"config must be an RnnConfig; got {type(config).__name__}")
+    check_sizes(tasks, methods, config)
     if checkpoint_every is not None:
         check_integer(checkpoint_every, "checkpoint_every")
     check_out_dir(out_dir)
@@ -265,29 +312,31 @@ def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHO
     config = RnnConfig() if config is None else config
     tasks, methods, windows, seeds = check_grid(tasks, methods, windows, seeds, config,
                                                 checkpoint_every=checkpoint_every, out_dir=out_dir)
-    cells, results = CellCache(out_dir, progress), {}
-    for task in tasks:
-        for window in windows:
-            for seed in seeds:
-                cell_config = dataclasses.replace(config, seed=seed)
-                settings = {"config": dataclasses.asdict(cell_config)}
-                for method in methods:
-                    name = f"{task}-{method}-T{window}-seed{seed}"
-                    label = f"[{task}, {method}, T={window}, seed {seed}]"
-                    cached = cells.load(name, settings, label)
-                    if cached is not None:
-                        results[(task, method, window, seed)] = cached["history"]
-                        continue
-                    run = functools.partial(train_cell, task, method, window, cell_config, progress=progress,
-                                            checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
-                                            checkpoint_every=checkpoint_every)
-                    history = run_and_report(run, label, progress)
-                    if progress is not None:
-                        progress(f"{label} largest N solved: {history['solved']}")
-                    results[(task, method, window, seed)] = history
-                    cells.save(name, settings, history=history)
-    if out_dir is not None:
-        write_grid(results, out_dir, config)
+    with one_writer(out_dir):  # one run at a time writes to a folder
+        cells, results = CellCache(out_dir, progress), {}
+        for task in tasks:
+            for window in windows:
+                for seed in seeds:
+                    cell_config = dataclasses.replace(config, seed=seed)
+                    settings = {"config": dataclasses.asdict(cell_config)}
+                    for method in methods:
+                        name = f"{task}-{method}-T{window}-seed{seed}"
+                        label = f"[{task}, {method}, T={window}, seed {seed}]"
+                        cached = cells.load(name, settings, label,
+                                            {"history": new_history(task, method, window, cell_config)})
+                        if cached is not None:
+                            results[(task, method, window, seed)] = cached["history"]
+                            continue
+                        run = functools.partial(train_cell, task, method, window, cell_config, progress=progress,
+                                                checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
+                                                checkpoint_every=checkpoint_every)
+                        history = run_and_report(run, label, progress)
+                        if progress is not None:
+                            progress(f"{label} largest N solved: {history['solved']}")
+                        results[(task, method, window, seed)] = history
+                        cells.save(name, settings, history=history)
+        if out_dir is not None:
+            write_grid(results, out_dir, config)
     return results
 
 

@@ -21,10 +21,9 @@ from .messages import Report
 ONE_BLAS_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # A step makes and frees arrays of a few hundred KB (a (784, 256) gradient is 800 KB).  glibc's malloc maps
 # such blocks afresh, or gives the top of its heap back to the system once it grows past a trim threshold, so
-# a process can pay a page fault per 4 KB of them at every step: in a fresh worker process it did (locked
-# backprop on one worker, the paper's net: 4.67 ms a batch, 3.82 ms with the settings below, 3.6 ms for the
-# same step in one process).  These keep freed memory for reuse, up to 256 MB; C libraries other than glibc
-# ignore them.  glibc reads them once, at start-up.
+# a process can pay a page fault per 4 KB of them at every step, as a fresh worker process did.  These keep
+# freed memory for reuse, up to 256 MB; C libraries other than glibc ignore them.  glibc reads them once, at
+# start-up.
 KEEP_FREED_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(256 << 20)}
 WORKER_ENVIRONMENT = {**ONE_BLAS_THREAD, **KEEP_FREED_MEMORY}
 

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..batches import BatchOrder
-from ..checkpoint import load_network_state, resume_run, save_run
+from ..checkpoint import damaged, load_network_state, resume_run, save_run
 from ..divergence import TrainingDiverged
-from ..validation import check_batch, check_choice, check_integer, check_learning_rate
+from ..validation import check_batch, check_choice, check_integer, check_labels, check_learning_rate, check_record
 from .engines import Engine, describe, failure
 from .local import LocalEngine
 from .schedules import SCHEDULES
@@ -92,28 +92,28 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                 alpha=check_learning_rate(alpha), loss_fn=loss_fn, classes=layers[-1].output_dim)
     x_train, y_train, x_test, y_test = data
     _check_data(x_train, y_train, x_test, y_test, layers, check_integer(batch_size, "batch_size"))
-    history: dict[str, Any] = {"schedule": schedule, "workers": workers, "iteration": [], "test_accuracy": [],
-                               "train_loss": [], "evaluation_time": [], "wall_time": 0.0}
-    order, position, losses = np.arange(0), 0, []
+    history = new_history(schedule, workers)
+    batches, losses = BatchOrder(len(x_train), batch_size, rng), []
+    before = Diagnostics()  # what the sessions before this one recorded, up to the checkpoint it resumes from
 
     def say(line):
         if progress is not None:
             progress(f"{label} {line}")
 
     session_start = time.time()
-    saved = resume_run(checkpoint, layers, run or {}, budget=plan.steps, rng=rng, progress=say)
+    saved = resume_run(checkpoint, layers, run or {}, budget=plan.steps, batches=batches, history=history,
+                       progress=say)
     if saved is not None:
-        history, order = saved.metadata["history"], saved.extra["order"]
-        position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
+        history, losses = saved.metadata["history"], saved.metadata["loop"]["losses"]
         plan = dataclasses.replace(plan, start=saved.metadata["step"])
+        before = Diagnostics.from_json(saved.metadata["loop"], timeline_steps, checkpoint)
         say(f"resumed from {checkpoint} at iteration {plan.start} of {plan.steps}")
     start = session_start - history["wall_time"]
     stages = split_layers(len(layers), workers)
-    team = _workers(layers, stages, plan, data, BatchOrder(len(x_train), batch_size, rng, order, position), losses)
+    team = _workers(layers, stages, plan, data, batches, losses)
 
     engine = LocalEngine() if engine is None else engine
-    events: list[Event] = []
-    stale: dict[int, int] = {}
+    this_session: list[tuple[list[Event], dict[int, int]]] = []  # every worker's timeline and late targets
     states: dict[int, dict[int, tuple]] = {}  # step -> {worker: (arrays, loop state)}
     done = 0
     try:
@@ -136,11 +136,9 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                 step, arrays, loop = report.payload
                 states.setdefault(step, {})[report.worker] = (arrays, loop)
                 if len(states[step]) == workers:
-                    _gather(layers, stages, states.pop(step), rng, history, start, step, run, checkpoint)
+                    _gather(layers, stages, states.pop(step), rng, history, start, step, run, checkpoint, before)
             elif report.kind == "timeline":
-                events += report.payload[0]
-                for lateness, count in report.payload[1].items():
-                    stale[lateness] = stale.get(lateness, 0) + count
+                this_session.append(report.payload)
             elif report.kind == "error":
                 error = report.payload
                 if error["type"] == "FloatingPointError":
@@ -153,7 +151,55 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
     finally:
         engine.stop()
     history["wall_time"] = time.time() - start
-    return ParallelRun(history, sorted(events, key=lambda e: (e.worker, e.start)), dict(sorted(stale.items())))
+    diagnostics = before.plus(this_session)
+    return ParallelRun(history, diagnostics.events, diagnostics.stale_targets)
+
+
+@dataclasses.dataclass
+class Diagnostics:
+    """A run's timeline events and its count of late generator targets, summed over the sessions that made it."""
+
+    events: list[Event] = dataclasses.field(default_factory=list)
+    stale_targets: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def plus(self, workers: Sequence[tuple[list[Event], dict[int, int]]]) -> "Diagnostics":
+        """These and what ``workers`` recorded (each worker's ``(events, late targets)``), in one sorted record."""
+        events, stale = list(self.events), dict(self.stale_targets)
+        for worker_events, worker_stale in workers:
+            events += worker_events
+            for lateness, count in worker_stale.items():
+                stale[lateness] = stale.get(lateness, 0) + count
+        return Diagnostics(sorted(events, key=lambda e: (e.worker, e.start)), dict(sorted(stale.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"timeline": [e._asdict() for e in self.events], "stale_targets": self.stale_targets}
+
+    @classmethod
+    def from_json(cls, loop: dict[str, Any], timeline_steps: tuple[int, int], path: Any) -> "Diagnostics":
+        """What the loop state of the checkpoint at ``path`` kept, with only the events of the steps this run records.
+
+        Raises :class:`~sgrad.checkpoint.CheckpointError` naming the file and the field if they are not what
+        :func:`train_parallel` writes.
+        """
+        try:
+            check_record(loop, {"timeline": [Event(0, "", 0, 0.0, 0.0)._asdict()], "stale_targets": {}}, "its 'loop'")
+        except ValueError as error:
+            raise damaged(path, str(error)) from None
+        counts = loop["stale_targets"]
+        if not all(lateness.isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
+                   for lateness, count in counts.items()):
+            raise damaged(path, f"its loop's 'stale_targets' must count late targets (whole numbers >= 0) by their "
+                                f"lateness (a whole number >= 0); got {counts!r}")
+        stale = {int(lateness): count for lateness, count in counts.items()}
+        first, last = timeline_steps
+        events = [Event(*(e[field] for field in Event._fields)) for e in loop["timeline"] if first <= e["step"] <= last]
+        return cls(events, stale)
+
+
+def new_history(schedule: str, workers: int) -> dict[str, Any]:
+    """A fresh history of :func:`train_parallel` (what a checkpoint's or a cached run's history holds, at least)."""
+    return {"schedule": schedule, "workers": workers, "iteration": [], "test_accuracy": [], "train_loss": [],
+            "evaluation_time": [], "wall_time": 0.0}
 
 
 def _workers(layers, stages, plan, data, batches, losses):
@@ -168,16 +214,21 @@ def _workers(layers, stages, plan, data, batches, losses):
             for k, stage in enumerate(stages)]
 
 
-def _gather(layers, stages, states, rng, history, start, step, run, checkpoint):
-    """Copy every worker's reported arrays into ``layers``; write the checkpoint if there is one."""
+def _gather(layers, stages, states, rng, history, start, step, run, checkpoint, before):
+    """Copy every worker's reported arrays into ``layers``; write the checkpoint if there is one.
+
+    The checkpoint also keeps the diagnostics up to ``step``: ``before`` (the sessions before this one)
+    and what every worker has recorded in this one.
+    """
     for k, stage in enumerate(stages):
         load_network_state(layers[stage.start:stage.stop], states[k][0])
     bottom, top = states[0][1], states[len(stages) - 1][1]
     rng.bit_generator.state = bottom["rng"]
     if checkpoint is not None:
         history["wall_time"] = time.time() - start
-        save_run(checkpoint, layers, run, step=step, rng=rng, history=history,
-                 loop={"position": bottom["position"], "losses": top["losses"]}, extra={"order": bottom["order"]})
+        diagnostics = before.plus([(loop["timeline"], loop["stale_targets"]) for _, loop in states.values()])
+        save_run(checkpoint, layers, run, step=step, batches=bottom, history=history,
+                 loop={"losses": top["losses"], **diagnostics.to_json()})
 
 
 def _check_data(x_train, y_train, x_test, y_test, layers, batch_size):
@@ -188,9 +239,9 @@ def _check_data(x_train, y_train, x_test, y_test, layers, batch_size):
         if x.dtype != dtype:
             raise TypeError(f"{name} must have the network's dtype, {dtype}; got {x.dtype}. Convert it with "
                             f"{name}.astype(np.{dtype})")
-        if not isinstance(y, np.ndarray) or y.shape != (len(x),) or y.dtype.kind not in "iu":
-            raise ValueError(f"the labels of {name} must be an integer array of shape ({len(x)},); got "
-                             f"{getattr(y, 'dtype', type(y).__name__)} of shape {np.shape(y)}")
+        check_labels(y, f"the labels of {name}", layers[-1].output_dim)
+        if len(y) != len(x):
+            raise ValueError(f"the labels of {name} must be one per row of {name}: {len(x)}; got {len(y)}")
     if len(x_train) < batch_size:
         raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({len(x_train)} examples); "
                          "use a smaller batch_size or more training examples")

@@ -41,6 +41,7 @@ from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
+from ..validation import check_choice, check_integer, check_number
 from .schedules import SCHEDULES
 from .worker import split_layers
 
@@ -62,11 +63,22 @@ def throughput(schedule: str, blocks: Sequence[BlockTimes], top: float, workers:
 
     ``transfer``, ``wake``, ``contention``, ``cores`` and ``message_cpu``: the machine, as in :func:`simulate`.
     """
-    steps = max(200, 4 * workers) if steps is None else steps
+    check_choice(schedule, "schedule", SCHEDULES)
+    blocks, top = _check_times(blocks, top)
+    workers = check_integer(workers, "workers")
+    if workers > len(blocks):
+        raise ValueError(f"workers must be at most the {len(blocks)} blocks (one block per worker at most); got "
+                         f"{workers}")
+    steps = max(200, 4 * workers) if steps is None else check_integer(steps, "steps", minimum=2)
+    batch = check_integer(batch, "batch")
     finished = simulate(programs(schedule, blocks, top, workers, steps), transfer, wake=wake, contention=contention,
                         cores=cores, message_cpu=message_cpu)[-1]
     half = steps // 2
-    return batch * (steps - half) / (finished[steps] - finished[half])
+    elapsed = finished[steps] - finished[half]
+    if elapsed <= 0:
+        raise ValueError("the blocks, the top layer and the messages take no time at all, so the throughput is "
+                         "infinite; give the times measured (benchmarks/parallel.py measures them)")
+    return batch * (steps - half) / elapsed
 
 
 def scaling(schedule: str, block: BlockTimes, top: float, *, blocks: int = 64, workers: Sequence[int] = (1, 2, 4, 8, 16,
@@ -74,6 +86,9 @@ def scaling(schedule: str, block: BlockTimes, top: float, *, blocks: int = 64, w
             message_cpu: float = 0.0, batch: int = 256) -> dict[int, float]:
     """``{K: examples per second}`` of a network of ``blocks`` blocks like ``block`` on K workers (machine: as
     :func:`simulate`; with ``cores=None``, a core per worker)."""
+    blocks = check_integer(blocks, "blocks")
+    if isinstance(workers, (str, bytes)) or not isinstance(workers, Sequence) or not workers:
+        raise TypeError(f"workers must be a non-empty sequence of worker counts such as (1, 2, 4); got {workers!r}")
     return {k: throughput(schedule, [block] * blocks, top, k, transfer=transfer, wake=wake, contention=contention,
                           cores=cores, message_cpu=message_cpu, batch=batch) for k in workers}
 
@@ -89,6 +104,7 @@ def simulate(programs: list[Iterator[Operation]], transfer: float, *, wake: floa
     each of which keeps ``message_cpu / transfer`` of a core busy; so every computing worker runs at
     the same speed, and one clock of work done, ``work``, tells when each one's computing ends.
     """
+    transfer, wake, contention, cores, message_cpu = _check_machine(transfer, wake, contention, cores, message_cpu)
     now = work = 0.0  # the time, and the seconds of computing that a worker busy since time 0 would have done
     arrivals: dict[tuple, float] = {}  # message -> the time it arrives
     asleep: dict[tuple, int] = {}  # message not sent yet -> the worker waiting for it
@@ -139,6 +155,29 @@ def simulate(programs: list[Iterator[Operation]], transfer: float, *, wake: floa
             ready.append(heapq.heappop(waking)[1])
         while flying and flying[0] <= now:
             heapq.heappop(flying)
+
+
+def _check_times(blocks, top):
+    """The blocks' times (a non-empty sequence of :class:`BlockTimes`) and the top's, each finite and >= 0."""
+    if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence) or not blocks:
+        raise TypeError(f"blocks must be a non-empty sequence of BlockTimes, one per hidden block; got {blocks!r}")
+    checked = []
+    for j, times in enumerate(blocks):
+        if not isinstance(times, BlockTimes):
+            raise TypeError(f"blocks[{j}] must be a BlockTimes(forward, backward, update, generator, regression); "
+                            f"got {times!r}")
+        checked.append(BlockTimes(*(check_number(value, f"blocks[{j}].{field} (seconds)", at_least=0,
+                                                 example="0.002") for field, value in zip(BlockTimes._fields, times))))
+    return checked, check_number(top, "top (seconds)", at_least=0, example="0.001")
+
+
+def _check_machine(transfer, wake, contention, cores, message_cpu):
+    """The machine's figures (see :func:`simulate`): finite seconds and contention >= 0, and cores None or >= 1."""
+    return (check_number(transfer, "transfer (seconds)", at_least=0, example="0.001"),
+            check_number(wake, "wake (seconds)", at_least=0, example="0.0001"),
+            check_number(contention, "contention", at_least=0, example="0.1"),
+            None if cores is None else check_integer(cores, "cores"),
+            check_number(message_cpu, "message_cpu (seconds)", at_least=0, example="0.001"))
 
 
 def speed(busy: int, contention: float = 0.0, cores: int | None = None, load: float = 0.0) -> float:

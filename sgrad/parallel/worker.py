@@ -177,8 +177,9 @@ class Worker:
         self.losses.clear()
 
     def loop_state(self) -> dict[str, Any]:
-        """What a checkpoint needs besides the layers: worker 0's batch order, the top's losses."""
-        state: dict[str, Any] = {}
+        """What a checkpoint needs besides the layers: worker 0's batch order, the top's losses, and every worker's
+        timeline and late targets so far."""
+        state: dict[str, Any] = {"timeline": list(self.timeline.events), "stale_targets": dict(self.stale_targets)}
         if self.batches is not None:
             state.update(self.batches.state())
         if self.is_top:
