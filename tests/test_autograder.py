@@ -1,5 +1,5 @@
 """The homework in Otter-Grader: Otter's own commands build the student release and the autograder from the
-instructor's notebook (sgrad/course/otter/08_homework.ipynb), and grade as ``sgrad grade`` does.
+instructor's notebook (sgrad/course/otter/07_homework.ipynb), and grade as ``sgrad grade`` does.
 
 Runs ``otter assign`` once, then ``otter run`` and ``sgrad grade`` on the same three notebooks: Otter's
 student release with the answers, as released (the stubs), and with one planted mistake per exercise.
@@ -49,7 +49,7 @@ def assigned(tmp_path_factory):
 
 
 def test_otter_assign_releases_notebook_08s_stubs(assigned):
-    released = nbformat.read(assigned / "student" / "08_homework.ipynb", as_version=4)
+    released = nbformat.read(assigned / "student" / "07_homework.ipynb", as_version=4)
     homework = nbformat.read(autograder.HOMEWORK, as_version=4)
     stubs = [cell.source for cell in homework.cells if cell.source.startswith("class My")]
     assert [cell.source.rstrip() for cell in released.cells if cell.source.startswith("class My")] == stubs
@@ -71,7 +71,7 @@ def handed_in(released, answers):
 def verdicts(assigned, tmp_path_factory):
     """{notebook: (Otter's pass per exercise, sgrad grade's)}, each graded by both tools' real commands."""
     folder = tmp_path_factory.mktemp("submissions")
-    released = assigned / "student" / "08_homework.ipynb"
+    released = assigned / "student" / "07_homework.ipynb"
     zip_file = next((assigned / "autograder").glob("*.zip"))
     answers = {"correct": {"MyLayer": MY_LAYER, "MyDNI": MY_DNI, "MyFullDNI": MY_FULL_DNI}, "stubs": {},
                "mistakes": MISTAKES}
@@ -79,7 +79,7 @@ def verdicts(assigned, tmp_path_factory):
     value = uuid.uuid4().hex
     env = {**ENV, MARK: value}
     for name, answer in answers.items():
-        path = folder / name / "08_homework.ipynb"
+        path = folder / name / "07_homework.ipynb"
         path.parent.mkdir()
         nbformat.write(handed_in(released, answer), path)
         graded = subprocess.Popen([sys.executable, "-m", "sgrad", "grade", str(path)], stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
 """``sgrad grade NOTEBOOK`` runs a student's notebook and grades the classes it defines.
 
-The graded notebooks are notebooks/08_homework.ipynb as shipped (its stubs), and copies of it whose stub
+The graded notebooks are notebooks/07_homework.ipynb as shipped (its stubs), and copies of it whose stub
 cells hold the answers of sgrad/course/solutions.py: all correct, one planted mistake per exercise, or
 broken (a syntax error, a method that never returns, a deleted check cell); and a notebook whose kernel
 dies.  Each is graded once, all at the same time, by the real command in a subprocess (module-scoped
@@ -24,7 +24,7 @@ from conftest import started
 from sgrad.course.grader import EXERCISES
 from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
 
-NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "08_homework.ipynb"
+NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "07_homework.ipynb"
 COMMAND = [sys.executable, "-m", "sgrad", "grade"]
 MARK = "SGRAD_TEST_GRADER"  # an environment variable set for each grader; its kernel inherits it
 
@@ -70,7 +70,7 @@ MISTAKE_NAMED = {
 
 
 def handed_in(answers, *, without=()):
-    """Notebook 08 with the stub cell of each class in ``answers`` replaced by its answer, and the cells
+    """Notebook 07 with the stub cell of each class in ``answers`` replaced by its answer, and the cells
     whose source is in ``without`` deleted."""
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     for cell in notebook.cells:
@@ -321,8 +321,8 @@ def test_the_one_grading_command_is_sgrad_grade_in_the_readme_the_notebook_and_t
     readme = (NOTEBOOK.parents[1] / "README.md").read_text()
     student_page = NOTEBOOK.read_text()
     usage = subprocess.run([sys.executable, "-m", "sgrad", "--help"], capture_output=True, text=True, timeout=60)
-    assert "sgrad grade path/to/08_homework.ipynb" in readme
-    assert "`sgrad grade 08_homework.ipynb`" in student_page
+    assert "sgrad grade path/to/07_homework.ipynb" in readme
+    assert "`sgrad grade 07_homework.ipynb`" in student_page
     assert "sgrad grade grades students' homework notebooks" in " ".join(usage.stdout.split())
     for text in (readme, student_page, usage.stdout):
         assert "sgrad.grading" not in text and "sgrad.checks" not in text

@@ -104,12 +104,12 @@ def test_notebook_01_last_cell_holds_with_the_default_zero_generator_as_what_to_
 
 
 @pytest.mark.notebooks
-def test_notebook_12_runs_on_its_stand_in_when_no_mnist_is_on_the_machine(tmp_path, monkeypatch):
+def test_notebook_08_runs_on_its_stand_in_when_no_mnist_is_on_the_machine(tmp_path, monkeypatch):
     # No $SGRAD_DATA_DIR archive and an empty cache: the loader finds nothing, smoke mode does not download,
     # and the notebook says so and goes on with its printed digits in MNIST's layout.
     monkeypatch.setenv("SGRAD_DATA_DIR", str(tmp_path / "no-data"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    notebook, _ = execute(NOTEBOOK_DIR / "12_from_the_blog_to_the_paper.ipynb", smoke=True)
+    notebook, _ = execute(NOTEBOOK_DIR / "08_from_the_blog_to_the_paper.ipynb", smoke=True)
     printed = "".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
                       for output in cell.outputs)
     assert "MNIST (mnist.npz) not found." in printed and "Using the stand-in instead." in printed

@@ -1,6 +1,6 @@
 """The course: the homework's checkers, its reference answers, and the grader of a student's notebook.
 
-- :mod:`sgrad.course.checkers`: what a student calls in notebook 08 to check an exercise
+- :mod:`sgrad.course.checkers`: what a student calls in notebook 07 to check an exercise
   (``check_layer_backward``, ``check_dni_update``, ``check_generator_update``), and the numerical
   gradient tools beneath them (``numerical_gradient``, ``relative_error``, ``gradient_check``);
 - :mod:`sgrad.course.solutions`: a correct answer to each exercise, as the cell a student hands in;

@@ -1,14 +1,14 @@
-"""The homework for Otter-Grader: the instructor's notebook, built from notebook 08 and the reference answers.
+"""The homework for Otter-Grader: the instructor's notebook, built from notebook 07 and the reference answers.
 
 Otter-Grader builds Gradescope autograders from one instructor's notebook: ``otter assign`` turns it
 into the student release and the autograder (a zip of the tests), and ``otter run`` grades a
 submission with that zip, as Gradescope does.  :func:`instructor_notebook` writes that notebook in
-Otter's format: notebook 08's cells, each exercise a question whose solution is the answer of
+Otter's format: notebook 07's cells, each exercise a question whose solution is the answer of
 :mod:`sgrad.course.solutions` (inside the stub, so that ``otter assign`` gives back the stub the
 student sees) and whose test is sgrad's checker with ``raise_on_failure=True``.  The result is
-committed as ``sgrad/course/otter/08_homework.ipynb``; after notebook 08 or the answers change::
+committed as ``sgrad/course/otter/07_homework.ipynb``; after notebook 07 or the answers change::
 
-    python -m sgrad.course.autograder      # rewrites sgrad/course/otter/08_homework.ipynb
+    python -m sgrad.course.autograder      # rewrites sgrad/course/otter/07_homework.ipynb
 
 Otter's tests run in the student's kernel, as every Otter test does: unlike ``sgrad grade``, they
 cannot tell a notebook that patches its kernel from one that does the work.
@@ -20,11 +20,11 @@ from typing import Any
 
 from . import solutions
 
-HOMEWORK = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "08_homework.ipynb"
-INSTRUCTOR = pathlib.Path(__file__).resolve().parent / "otter" / "08_homework.ipynb"
+HOMEWORK = pathlib.Path(__file__).resolve().parents[2] / "notebooks" / "07_homework.ipynb"
+INSTRUCTOR = pathlib.Path(__file__).resolve().parent / "otter" / "07_homework.ipynb"
 CONFIG = """\
 # ASSIGNMENT CONFIG
-name: 08_homework
+name: 07_homework
 init_cell: true
 check_all_cell: false
 export_cell: false
@@ -40,7 +40,7 @@ STUB_LINE = "        raise NotImplementedError  # replace with your code"
 
 
 def instructor_notebook(homework: pathlib.Path = HOMEWORK) -> Any:
-    """Notebook 08 in Otter's format, with the answers and sgrad's checkers as tests."""
+    """Notebook 07 in Otter's format, with the answers and sgrad's checkers as tests."""
     import nbformat
 
     notebook = nbformat.read(homework, as_version=4)

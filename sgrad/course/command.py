@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return parser
 
 
-DESCRIPTION = ("Run students' homework notebooks (08_homework.ipynb) in Jupyter kernels and grade each exercise "
+DESCRIPTION = ("Run students' homework notebooks (07_homework.ipynb) in Jupyter kernels and grade each exercise "
                "on the classes they define. One notebook: its report. Many, or a folder: a report each, a "
                "progress bar on stderr, and --gradebook. Exit status: 0 if every exercise passed, 1 if any "
                "failed, 2 if a notebook could not be graded. Not a security boundary: grade untrusted notebooks "

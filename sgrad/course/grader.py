@@ -1,6 +1,6 @@
 """``sgrad grade``: run a homework notebook in a Jupyter kernel, then grade the classes the student wrote.
 
-    sgrad grade path/to/08_homework.ipynb
+    sgrad grade path/to/07_homework.ipynb
 
 The notebook runs top to bottom in a fresh ``python3`` kernel, driven by nbclient (the library that
 nbconvert and nbmake use to execute notebooks), with ``SGRAD_SMOKE=1`` so that its training cells stay
@@ -38,7 +38,7 @@ from .checkers import CheckResult
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise of notebook 08: its checker's name, the method the student writes, the class holding it."""
+    """One exercise of notebook 07: its checker's name, the method the student writes, the class holding it."""
 
     number: int
     key: str         # the checker's name for it (sgrad.course.checkers.judge)

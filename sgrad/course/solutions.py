@@ -1,4 +1,4 @@
-"""A correct answer to each exercise of notebooks/08_homework.ipynb, as the cell a student would hand in.
+"""A correct answer to each exercise of notebooks/07_homework.ipynb, as the cell a student would hand in.
 
 ``MY_LAYER``, ``MY_DNI`` and ``MY_FULL_DNI`` are the stub cells of the notebook, filled in with arrays
 as the homework asks.  The tests plant mistakes in them (tests/test_checks.py: the checkers must name
