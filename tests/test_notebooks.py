@@ -53,6 +53,25 @@ def test_notebook_title_is_its_number_and_a_title_in_one_heading(path):
     assert not others, f"{path.name}: cells {others} hold a second top-level heading; use '##' for sections"
 
 
+def full_size_minutes():
+    """The README's course table: each notebook's stem and its minutes at full size."""
+    readme = (NOTEBOOK_DIR.parent / "README.md").read_text()
+    return {stem: float(minutes) for stem, minutes in re.findall(r"^\| `(\d\d_\w+)`[^|]*\|[^|]*\| ([\d.]+) \|$",
+                                                                    readme, flags=re.MULTILINE)}
+
+
+def test_the_readme_gives_every_notebook_its_minutes_and_a_long_one_says_so_in_its_first_cell():
+    # The course's rule: a notebook runs at full size within a minute on two cores, or its first cell says how
+    # long it takes and why.
+    minutes = full_size_minutes()
+    assert sorted(minutes) == [path.stem for path in NOTEBOOKS]
+    for stem, taken in minutes.items():
+        first_cell = "".join(json.loads((NOTEBOOK_DIR / f"{stem}.ipynb").read_text())["cells"][0]["source"])
+        if taken > 1.0:
+            assert re.search(rf"about {taken:g} minutes on two cores.*: ", first_cell), \
+                f"{stem} takes {taken} minutes at full size (README); its first cell should say so, and why"
+
+
 @pytest.mark.notebooks
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_top_to_bottom_in_smoke_mode(path):
