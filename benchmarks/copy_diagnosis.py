@@ -1,11 +1,11 @@
 """Diagnosis: where recurrent DNI loses on Copy, at a fixed N (no curriculum), against three references.
 
 Four ways to train the same LSTM (64 units, a linear readout, Adam) on Copy sequences of N vectors, cut
-into windows of T steps (:func:`sgrad.steps.tbptt_step`), from the same weights and the same batches:
+into windows of T steps (:func:`sgrad.tbptt.tbptt_step`), from the same weights and the same batches:
 
 - ``bptt``: truncated BPTT, the gradient stopped at every window's end;
 - ``dni``: a linear generator ĝ = M(s) at every window's end, regressed onto bootstrapped targets;
-- ``dni-true``: the same, regressed onto the untruncated gradient dL/ds (the teaching option ``true_targets``);
+- ``dni-true``: the same, regressed onto the untruncated gradient dL/ds (the teaching option ``targets=Untruncated()``);
 - ``full``: one window over the whole sequence (full BPTT).
 
 Every ``--every`` steps a fresh batch of 256 sequences is scored: the mean error in bits per sequence (the
@@ -15,7 +15,7 @@ predict: a least-squares fit on 3,000 sequences, scored by its cosine with the t
 beside the cosine of the trained generator's ĝ.
 
 ``--scale λ`` (for the DNI methods): ĝ enters the window's backward weighted by λ, the ``synthetic_scale`` of
-:func:`~sgrad.steps.tbptt_step` (the bootstrapped targets then discount each window further away by λ).
+:func:`~sgrad.tbptt.tbptt_step` (the bootstrapped targets then discount each window further away by λ).
 
 ``--hold H --ramp R`` (a warm-up, for the DNI methods): ĝ enters the window's backward with a weight β
 that is 0 for the first H steps (truncated BPTT while M learns), then rises linearly to 1 over the next
@@ -38,10 +38,11 @@ import numpy as np
 
 from data_gen.copy_task import bits_error, copy_batch
 from sgrad import Layer
+from sgrad.boundary_targets import ONE_WINDOW, Untruncated
 from sgrad.generators import LinearGenerator
 from sgrad.losses import bce_with_logits
 from sgrad.recurrent import LSTM
-from sgrad.steps import tbptt_step
+from sgrad.tbptt import tbptt_step
 
 METHODS = ("bptt", "dni", "dni-true", "full")
 BITS, HIDDEN, BATCH, SCORED = 8, 64, 32, 256
@@ -154,8 +155,8 @@ def main(argv=None):
             x, y, mask = copy_batch(BATCH, args.length, bits=BITS, rng=rng)
             tbptt_step(core, readout, x, y, bce_with_logits, args.alpha,
                        window=x.shape[1] if method == "full" else args.window, generator=generator,
-                       generator_alpha=args.generator_alpha, mask=mask, true_targets=method == "dni-true",
-                       synthetic_scale=args.scale)
+                       generator_alpha=args.generator_alpha, mask=mask, synthetic_scale=args.scale,
+                       targets=Untruncated() if method == "dni-true" else ONE_WINDOW)
             if step % args.every == 0:
                 scores.append(error(core, readout, *copy_batch(SCORED, args.length, bits=BITS, rng=rng)))
         print(f"{method:9s} " + " ".join(f"{s:5.2f}" for s in scores) + f"   ({time.perf_counter() - start:.0f} s)",

@@ -193,7 +193,7 @@ def random_windows(ids: ArrayLike, batch: int, time: int, *, seed: Seed = None,
 
 
 def one_hot_ids(ids: ArrayLike, vocab_size: int, *, dtype: DTypeLike = np.float64) -> np.ndarray:
-    """One-hot rows of integer ids of any shape S: (*S, vocab_size), a 1 at each id."""
+    """One-hot rows of integer ids of any shape S: ``(*S, vocab_size)``, a 1 at each id."""
     vocab_size = check_integer(vocab_size, "vocab_size")
     ids = _check_ids(ids, "ids", vocab_size)
     dtype = np.dtype(dtype)

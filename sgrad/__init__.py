@@ -5,18 +5,21 @@ nonlinearity pairs such as :func:`sigmoid` / :func:`sigmoid_out2deriv`.
 
 ``import sgrad`` loads the library alone: the experiments (``sgrad.train``,
 ``sgrad.compare``, ...) and their datasets load when first used, and
-matplotlib only where a figure is drawn.
+matplotlib only where a figure is drawn.  Nor does it read sgrad's source:
+the digest that stamps a result (:mod:`sgrad.provenance`) is computed when
+first needed.
 """
 
 import importlib
 from typing import Any
 
-from . import blackbox, checkpoint, checks
+from . import provenance  # first: it notes the source files as they are when sgrad is imported
+from . import blackbox, checkpoint, course
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential, dense_block
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .divergence import TrainingDiverged
 from .dni import DNI, DNIBlock, synthetic_step
-from .experiments.loop import TrainingDiverged
 from .generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from .layers import Layer
 from .losses import bce_with_logits, mse, softmax, softmax_cross_entropy
@@ -24,8 +27,7 @@ from .module import Module
 from .nonlinearities import (identity, identity_out2deriv, relu, relu_out2deriv, sigmoid, sigmoid_out2deriv, tanh,
                              tanh_out2deriv)
 from .optimizers import SGD, Adam, Momentum, UpdateRule
-
-__version__ = "0.1.0"
+from .version import __version__
 
 # The binary-addition experiment, loaded on first use (it brings in data_gen).
 _EXPERIMENT = "sgrad.experiments.binary_addition"
@@ -40,7 +42,7 @@ __all__ = [
     "SGD", "Momentum", "Adam", "UpdateRule",
     "METHODS", "TrainConfig", "TrainingDiverged", "train", "compare", "results_table",
     "checkpoint", "save_checkpoint", "load_checkpoint", "CheckpointError",
-    "blackbox", "checks",
+    "blackbox", "course", "provenance", "__version__",
 ]
 
 

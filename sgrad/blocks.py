@@ -18,15 +18,18 @@ from numpy.typing import DTypeLike
 from . import validation
 from .batchnorm import BatchNorm
 from .layers import Layer
-from .module import Module
+from .module import Module, NothingToLearn
 from .nonlinearities import resolve_nonlinearity
 from .optimizers import UpdateRule
 
 MODULE_METHODS = ("forward", "backward", "predict", "update")
 
 
-class Activation(Module):
-    """An elementwise nonlinearity as a module of its own (no parameters): ``h = f(x)``."""
+class Activation(NothingToLearn):
+    """An elementwise nonlinearity as a module of its own (no parameters): ``h = f(x)`` on rows (batch, features).
+
+    :class:`~sgrad.conv.Activation2d` is the same on feature maps: it checks its input as maps.
+    """
 
     def __init__(self, nonlin: str | Callable[[np.ndarray], np.ndarray],
                  nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
@@ -34,16 +37,15 @@ class Activation(Module):
         self.update_state = {}
         self.output: np.ndarray | None = None
 
-    @property
-    def gradients(self) -> dict[str, np.ndarray]:
-        return {}  # nothing to learn
+    def _check(self, x: np.ndarray) -> None:
+        validation.check_batch(x, "input")
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        validation.check_batch(x, "input")
+        self._check(x)
         return self.nonlin(x)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        validation.check_batch(x, "input")
+        self._check(x)
         self.output = self.nonlin(x)
         return self.output
 
@@ -54,11 +56,8 @@ class Activation(Module):
         validation.check_same_shape(output_delta, "output_delta", self.output, "the last output")
         return output_delta * self.nonlin_deriv(self.output) if input_delta else None
 
-    def update(self, alpha: float) -> None:
-        """Nothing to learn."""
-
     def __repr__(self) -> str:
-        return f"Activation({self.nonlin.__name__!r})"
+        return f"{type(self).__name__}({self.nonlin.__name__!r})"
 
 
 class Sequential(Module):

@@ -30,6 +30,8 @@ from typing import IO, Any, NamedTuple
 import numpy as np
 
 from .module import Module
+from .provenance import CHANGED, is_this_code, made_by
+from .provenance import source_digest as source_digest  # what made_by reads, named here as before
 
 FORMAT = "sgrad-checkpoint"
 FORMAT_VERSION = 1
@@ -196,37 +198,6 @@ def fingerprint(*arrays: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def source_digest() -> str:
-    """A SHA-256 hex digest of sgrad's source as it is on disk now.
-
-    It covers every ``.py`` file of the sgrad package, read at call time:
-    ``sgrad/*.py`` (the library, its command line and its checkers) and
-    ``sgrad/experiments/*.py``, each with its path inside the package.  Any
-    edit to any of them, a comment included, gives another digest.
-    """
-    root = pathlib.Path(__file__).parent
-    digest = hashlib.sha256()
-    for source in sorted(root.rglob("*.py")):
-        digest.update(source.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(source.read_bytes())
-    return digest.hexdigest()
-
-
-def made_by() -> dict[str, str]:
-    """What this process's results are made by: ``{'sgrad_version': ..., 'source_digest': ...}``.
-
-    The digest is :func:`source_digest` as it was when sgrad was imported, the source this process runs,
-    not as it is on disk now: a cell or checkpoint saved after an edit made during a long run is still
-    the old code's, and the edited code will not take it for its own.
-    """
-    from . import __version__  # read at call time: the package has finished loading by then
-
-    return {"sgrad_version": __version__, "source_digest": _SOURCE_AT_IMPORT}
-
-
-_SOURCE_AT_IMPORT = source_digest()  # once, as `import sgrad` loads this module
-
-
 def save_run(path: PathLike, network: Network, run: dict, *, step: int, rng: np.random.Generator, history: dict,
              loop: dict | None = None, extra: dict[str, np.ndarray] | None = None) -> pathlib.Path:
     """Checkpoint a training loop after ``step`` steps, so that :func:`resume_run` can carry it on.
@@ -250,13 +221,16 @@ def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: in
     is already past ``budget`` steps.  A damaged file raises :class:`CheckpointError`.
     The checkpoint's ``metadata`` holds ``step``, ``history`` and ``loop``.
     """
-    if path is None or not pathlib.Path(path).exists():
+    if path is None:
+        return None
+    ours = made_by()  # the code's digest, read now, at the run's start: what this run's checkpoints will carry
+    if not pathlib.Path(path).exists():
         return None
     checkpoint = load_checkpoint(path)
     saved, expected = checkpoint.metadata.get("run"), json.loads(json.dumps(run))
     reason = None
-    code, ours = checkpoint.metadata.get("code"), made_by()
-    if code != ours:
+    code = checkpoint.metadata.get("code")
+    if not is_this_code(code):
         reason = ("it was saved by other code (" + _code_differences(code, ours)
                   + "), whose results would not be this code's")
     elif saved != expected:
@@ -277,6 +251,8 @@ def _code_differences(code, ours):
         return "it records none: an older sgrad"
     if code.get("sgrad_version") != ours["sgrad_version"]:
         return f"sgrad {code.get('sgrad_version')} then, {ours['sgrad_version']} now"
+    if ours["source_digest"] is None:
+        return CHANGED + "; start Python again to run the edited code"
     return f"source digest {str(code.get('source_digest'))[:12]} then, {ours['source_digest'][:12]} now"
 
 

@@ -4,7 +4,8 @@
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
-``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.grading`).
+``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.course.grader`).
+``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
 line and exit status 130; the checkpoints make a rerun carry on.
@@ -18,9 +19,9 @@ from typing import NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
+from .course import grader
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
-from . import grading
-from .experiments.loop import CHECKPOINT_FOLDER, DTYPES, check_out_dir
+from .experiments.files import CHECKPOINT_FOLDER, check_out_dir
 from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
 from .experiments.mnist import results_table as paper_table
 from .experiments.parallel import ENGINES, check_runs, compare_parallel
@@ -28,11 +29,13 @@ from .experiments.parallel import results_table as parallel_table
 from .experiments.rnn import DEFAULT_WINDOWS, RNN_METHODS, TASKS, RnnConfig
 from .experiments.rnn import results_table as rnn_table
 from .experiments.rnn import run_grid as run_rnn_grid
+from .experiments.settings import DTYPES
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
 from .parallel.engines import WorkerFailed
 from .parallel.pipeline import SCHEDULE_NAMES
 from .validation import check_integer, check_number
+from .version import __version__
 
 DEFAULTS = TrainConfig()
 PAPER_DEFAULTS = PaperConfig()
@@ -42,6 +45,12 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
                "sgrad grade checks a student's homework notebook.")
 RNN_DEFAULTS = RnnConfig()
+WRITES = {  # what each command writes into its --out folder
+    "compare": "history.json, compare.png and results.md",
+    "paper": "results.md, paper.png and histories.json",
+    "parallel": "results.md, timeline.png, accuracy_time.png and histories.json",
+    "rnn": "results.md, copy_length.png, curriculum.png and histories.json",
+}
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
 
 
@@ -128,12 +137,37 @@ def _mnist_path(text):
     return text
 
 
-def _add_mnist_training(parser: argparse.ArgumentParser, *, eval_every: int, out: str, unit: str) -> None:
-    """The options that ``sgrad paper`` and ``sgrad parallel`` share: rates, data, seed, output and checkpoints."""
-    parser.add_argument("--lr", type=_positive_float, default=PAPER_DEFAULTS.alpha,
-                        help=f"Adam learning rate (default {PAPER_DEFAULTS.alpha})")
-    parser.add_argument("--generator-lr", type=_positive_float, default=None,
-                        help="generators' learning rate (default: --lr)")
+def _add_rates(parser: argparse.ArgumentParser, defaults, learners: str) -> None:
+    """--lr and --generator-lr: the learning rates of ``learners`` and of the generators."""
+    parser.add_argument("--lr", type=_positive_float, default=defaults.alpha,
+                        help=f"learning rate of {learners} (default {defaults.alpha})")
+    parser.add_argument("--generator-lr", type=_positive_float, default=defaults.generator_alpha,
+                        help=f"learning rate of the generators (default {defaults.generator_alpha or 'as --lr'})")
+
+
+def _add_output(parser: argparse.ArgumentParser, command: str, *, unit: str, steps: str, every: int) -> None:
+    """--out, --checkpoint-every and --quiet: where ``command`` writes, how often it saves a ``unit`` of ``steps``."""
+    out = f"results/{command}"
+    parser.add_argument("--out", default=out, help=f"folder for {WRITES[command]}, the checkpoints and, for a grid, "
+                                                   f"the finished cells (default {out})")
+    parser.add_argument("--checkpoint-every", type=_int_at_least(0), default=every, metavar=steps.upper(),
+                        help=f"save the running {unit}'s state in --out/{CHECKPOINT_FOLDER} every {steps.upper()} "
+                             f"{steps}, so that a rerun of an interrupted {unit} carries on from there (default {every}; "
+                             "0: no checkpoints)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def _add_mnist_training(parser: argparse.ArgumentParser, command: str, *, iterations: int, eval_every: int,
+                        unit: str) -> None:
+    """The options that ``sgrad paper`` and ``sgrad parallel`` share: the net, its budget, rates, data and output."""
+    parser.add_argument("--iterations", type=_int_at_least(1), default=iterations, help=f"default {iterations}")
+    parser.add_argument("--batch-size", type=_int_at_least(2), default=PAPER_DEFAULTS.batch_size,
+                        help=f"default {PAPER_DEFAULTS.batch_size}")
+    parser.add_argument("--hidden", type=_int_at_least(1), default=PAPER_DEFAULTS.hidden,
+                        help=f"width of each hidden block (default {PAPER_DEFAULTS.hidden})")
+    parser.add_argument("--generator", choices=GENERATORS, default=PAPER_DEFAULTS.generator,
+                        help=f"synthetic-gradient generator (default {PAPER_DEFAULTS.generator})")
+    _add_rates(parser, PAPER_DEFAULTS, "the blocks and the top layer (Adam)")
     parser.add_argument("--eval-every", type=_int_at_least(1), default=eval_every,
                         help=f"iterations between test-accuracy measurements (default {eval_every})")
     parser.add_argument("--train-subset", type=_int_at_least(1), default=None,
@@ -146,15 +180,12 @@ def _add_mnist_training(parser: argparse.ArgumentParser, *, eval_every: int, out
                         help="fixes weights, generators and batches (default 0)")
     parser.add_argument("--data", type=_mnist_path, default=None,
                         help="path to mnist.npz (default: $SGRAD_DATA_DIR, then the cache, then a download)")
-    parser.add_argument("--out", default=out, help=f"output and cache folder (default {out})")
-    parser.add_argument("--checkpoint-every", type=_int_at_least(0), default=500, metavar="ITERATIONS",
-                        help=f"save the running {unit}'s state in --out/checkpoints every ITERATIONS iterations, so "
-                             f"an interrupted {unit} carries on from there (default 500; 0: no checkpoints)")
-    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_output(parser, command, unit=unit, steps="iterations", every=500)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="sgrad", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"sgrad {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     cmp = commands.add_parser(
         "compare", help="compare backprop, no-bprop, DNI and cDNI on binary addition",
@@ -177,10 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"hidden nonlinearity (default {DEFAULTS.nonlin})")
     cmp.add_argument("--update-rule", default=DEFAULTS.update_rule, choices=tuple(UPDATE_RULES),
                      help=f"default {DEFAULTS.update_rule}")
-    cmp.add_argument("--lr", type=_positive_float, default=DEFAULTS.alpha,
-                     help=f"learning rate of the layers (default {DEFAULTS.alpha})")
-    cmp.add_argument("--generator-lr", type=_positive_float, default=DEFAULTS.generator_alpha,
-                     help=f"learning rate of the generators (default {DEFAULTS.generator_alpha or 'as --lr'})")
+    _add_rates(cmp, DEFAULTS, "the layers")
     cmp.add_argument("--targets", default=DEFAULTS.generator_targets, choices=TARGETS,
                      help="what generators regress onto: 'bootstrap' (the method, default) or 'true' "
                           "(a teaching option: the true gradient)")
@@ -188,20 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"the networks' and the data's float type (default {DEFAULTS.dtype})")
     cmp.add_argument("--seed", type=_int_at_least(0), default=DEFAULTS.seed,
                      help="fixes data, weights and batches (default 0)")
-    cmp.add_argument("--out", default="results/compare",
-                     help="folder for history.json, compare.png and results.md (default results/compare)")
-    cmp.add_argument("--checkpoint-every", type=_int_at_least(0), default=1000, metavar="STEPS",
-                     help="save each method's state in --out/checkpoints every STEPS steps and at its end; a rerun "
-                          "with the same settings carries on from there (default 1000; 0: no checkpoints, "
-                          "start afresh)")
-    cmp.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_output(cmp, "compare", unit="method", steps="steps", every=1000)
 
     pap = commands.add_parser(
         "paper", help="the paper's MNIST experiments: methods x depths",
         description="Train fully connected MNIST nets (Linear-BatchNorm-ReLU blocks) by every method at "
                     "every depth; finished cells are cached in --out and the running one is checkpointed, so an "
-                    "interrupted grid resumes. "
-                    "Writes results.md, paper.png and histories.json. "
+                    f"interrupted grid resumes. Writes {WRITES['paper']}. "
                     "--arch cnn trains the paper's MNIST CNN instead (conv blocks, convolutional generators).")
     pap.add_argument("--arch", choices=ARCHITECTURES, default=PAPER_DEFAULTS.arch,
                      help="mlp: fully connected blocks; cnn: conv blocks of --channels --kernel-size filters, the "
@@ -215,28 +236,21 @@ def build_parser() -> argparse.ArgumentParser:
                           "all but synthetic-loss, which is built for fully connected nets only)")
     pap.add_argument("--depths", type=_depths, default=(PAPER_DEFAULTS.depth,),
                      help="comma-separated numbers of layers, e.g. 3,4,5,6 (default 3)")
-    pap.add_argument("--iterations", type=_int_at_least(1), default=PAPER_DEFAULTS.iterations,
-                     help=f"default {PAPER_DEFAULTS.iterations}")
-    pap.add_argument("--batch-size", type=_int_at_least(2), default=PAPER_DEFAULTS.batch_size,
-                     help=f"default {PAPER_DEFAULTS.batch_size}")
-    pap.add_argument("--hidden", type=_int_at_least(1), default=PAPER_DEFAULTS.hidden,
-                     help=f"width of each hidden block (default {PAPER_DEFAULTS.hidden})")
     pap.add_argument("--no-batchnorm", action="store_true", help="Linear-ReLU blocks instead of Linear-BatchNorm-ReLU")
-    pap.add_argument("--generator", choices=GENERATORS, default=PAPER_DEFAULTS.generator,
-                     help=f"synthetic-gradient generator (default {PAPER_DEFAULTS.generator})")
     pap.add_argument("--generator-hidden", type=_widths, default=None,
                      help="hidden widths of the mlp generator (default "
                           f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))}); with --arch cnn, hidden "
                           "channels of the convolutional generator (default: two of --channels)")
     pap.add_argument("--no-generator-batchnorm", action="store_true", help="mlp generator without batch norm")
-    _add_mnist_training(pap, eval_every=PAPER_DEFAULTS.eval_every, out="results/paper", unit="cell")
+    _add_mnist_training(pap, "paper", iterations=PAPER_DEFAULTS.iterations, eval_every=PAPER_DEFAULTS.eval_every,
+                        unit="cell")
 
     par = commands.add_parser(
         "parallel", help="every block in its own worker: backprop, pipelined backprop, DNI and cDNI in wall-clock time",
         description="Train the paper's MNIST net with every block in its own worker (local processes, or Ray actors), "
                     "by each schedule on each number of workers, from the same initial weights on the same batches; "
                     "finished runs are cached in --out and the running one is checkpointed, so an interrupted "
-                    "comparison resumes. Writes results.md, timeline.png, accuracy_time.png and histories.json.")
+                    f"comparison resumes. Writes {WRITES['parallel']}.")
     par.add_argument("--schedules", type=_subset_of(SCHEDULE_NAMES), default=SCHEDULE_NAMES,
                      help=f"comma-separated subset of {','.join(SCHEDULE_NAMES)} (default: all)")
     par.add_argument("--workers", type=_worker_counts, default=(1, 2),
@@ -253,17 +267,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="wall-clock seconds at which the table reads each run's test accuracy (default 60)")
     par.add_argument("--depth", type=_int_at_least(2), default=PAPER_DEFAULTS.depth,
                      help=f"layers in all: hidden blocks and the top (default {PAPER_DEFAULTS.depth})")
-    par.add_argument("--iterations", type=_int_at_least(1), default=1000, help="default 1000")
-    par.add_argument("--batch-size", type=_int_at_least(2), default=PAPER_DEFAULTS.batch_size,
-                     help=f"default {PAPER_DEFAULTS.batch_size}")
-    par.add_argument("--hidden", type=_int_at_least(1), default=PAPER_DEFAULTS.hidden,
-                     help=f"width of each hidden block (default {PAPER_DEFAULTS.hidden})")
-    par.add_argument("--generator", choices=GENERATORS, default=PAPER_DEFAULTS.generator,
-                     help=f"synthetic-gradient generator (default {PAPER_DEFAULTS.generator})")
     par.add_argument("--generator-hidden", type=_widths, default=PAPER_DEFAULTS.generator_hidden,
                      help="hidden widths of the mlp generator (default "
                           f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))})")
-    _add_mnist_training(par, eval_every=100, out="results/parallel", unit="run")
+    _add_mnist_training(par, "parallel", iterations=1000, eval_every=100, unit="run")
 
     rnn = commands.add_parser(
         "rnn", help="truncated BPTT with and without DNI on Copy and Repeat Copy: the largest N solved per T",
@@ -271,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "the error falls below 0.15 bits per sequence) with truncated BPTT over windows of T steps, "
                     "with (dni) and without (bptt) a synthetic gradient at each window's end. Finished cells are "
                     "cached in --out and the running one is checkpointed, so an interrupted grid resumes. Writes "
-                    "results.md (the largest N solved), copy_length.png, curriculum.png and histories.json.")
+                    f"{WRITES['rnn']} (results.md: the largest N solved).")
     rnn.add_argument("--tasks", type=_subset_of(TASKS), default=TASKS,
                      help=f"comma-separated subset of {','.join(TASKS)} (default: both)")
     rnn.add_argument("--methods", type=_subset_of(RNN_METHODS), default=RNN_METHODS,
@@ -291,10 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"bits per vector to copy (default {RNN_DEFAULTS.bits})")
     rnn.add_argument("--max-repeats", type=_int_at_least(1), default=RNN_DEFAULTS.max_repeats,
                      help=f"Repeat Copy draws R from 1 to this (default {RNN_DEFAULTS.max_repeats})")
-    rnn.add_argument("--lr", type=_positive_float, default=RNN_DEFAULTS.alpha,
-                     help=f"Adam learning rate of the LSTM and the readout (default {RNN_DEFAULTS.alpha})")
-    rnn.add_argument("--generator-lr", type=_positive_float, default=RNN_DEFAULTS.generator_alpha,
-                     help=f"the generator's Adam learning rate (default {RNN_DEFAULTS.generator_alpha})")
+    _add_rates(rnn, RNN_DEFAULTS, "the LSTM and the readout (Adam)")
     rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="LAMBDA",
                      help="DNI: the weight λ in (0, 1] of the synthetic gradient where it enters a window's "
                           f"backward, a discount per window (default {RNN_DEFAULTS.synthetic_scale:g})")
@@ -307,15 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "returns in temporal-difference learning)")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
-    rnn.add_argument("--out", default="results/rnn", help="output and cache folder (default results/rnn)")
-    rnn.add_argument("--checkpoint-every", type=_int_at_least(0), default=1000, metavar="STEPS",
-                     help="save the running cell's state in --out/checkpoints every STEPS steps, so an "
-                          "interrupted cell carries on from there (default 1000; 0: no checkpoints)")
-    rnn.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    _add_output(rnn, "rnn", unit="cell", steps="steps", every=1000)
 
-    grading.add_arguments(commands.add_parser(
+    grader.add_arguments(commands.add_parser(
         "grade", help="run a student's homework notebook and check each exercise",
-        description=grading.DESCRIPTION))
+        description=grader.DESCRIPTION))
     return parser
 
 
@@ -324,13 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "grade":
-            return grading.run(args, prog="sgrad grade")
-        command, written = ((_rnn, "results.md, copy_length.png, curriculum.png and histories.json")
-                            if args.command == "rnn" else
-                            (_parallel, "results.md, timeline.png, accuracy_time.png and histories.json")
-                            if args.command == "parallel" else
-                            (_paper, "results.md, paper.png and histories.json") if args.command == "paper"
-                            else (_compare, "history.json, compare.png and results.md"))
+            return grader.run(args)
+        command = {"compare": _compare, "paper": _paper, "parallel": _parallel, "rnn": _rnn}[args.command]
         check_out_dir(args.out, "--out")
         table = command(args)
     except (ValueError, TypeError, OSError) as error:
@@ -340,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         parser.exit(INTERRUPTED, f"sgrad {args.command}: interrupted; {_after_interrupt(args)}\n")
     print(table)
-    print(f"wrote {args.out}/{written}", file=sys.stderr)
+    print(f"wrote {args.out}/{WRITES[args.command]}", file=sys.stderr)
     return 0
 
 

@@ -38,8 +38,8 @@ from . import fast, kernels, validation
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential
 from .initializers import INITIALIZERS, initialize
-from .module import Module, WeightsAndBias
-from .optimizers import UpdateRule, get_update_rule
+from .module import NothingToLearn, WeightsAndBias
+from .optimizers import UpdateRule
 
 
 def _kernel_pair(kernel_size: Any, name: str = "kernel_size") -> tuple[int, int]:
@@ -61,7 +61,7 @@ def _check_window_fits(x: np.ndarray, kernel: tuple[int, int], padding: int, own
                          f"{x.shape[2]}×{x.shape[3]}{padded}; pass larger maps, more padding or a smaller kernel")
 
 
-class Conv2d(WeightsAndBias, Module):
+class Conv2d(WeightsAndBias):
     """A 2-D convolution ``z = W ⋆ x + b`` with stride and zero padding (PyTorch's ``Conv2d``).
 
     ``z[n, o, y, x] = b[o] + sum over c, i, j of W[o, c, i, j] * x_pad[n, c, stride y + i, stride x + j]``,
@@ -107,14 +107,10 @@ class Conv2d(WeightsAndBias, Module):
         matrix = initialize(init, (fan_in, self.out_channels), rng, self.dtype)  # (fan_in, fan_out), as for a Layer
         self.weights = np.ascontiguousarray(matrix.T.reshape(self.out_channels, self.in_channels, *self.kernel_size))
         self.bias = np.zeros(self.out_channels, dtype=self.dtype) if validation.check_bool(bias, "bias") else None
-        self.update_rule = get_update_rule(update_rule)
-        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.own_parameters().items()}
+        self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
         self.columns: np.ndarray | None = None
-        self.weights_grad: np.ndarray | None = None
-        self.bias_grad: np.ndarray | None = None
-        self._stale = False  # set by update(): the last forward pass used the old weights
 
     def _check(self, x: np.ndarray) -> None:
         validation.check_feature_maps(x, "input", self.in_channels, channels_name="this layer's in_channels")
@@ -160,7 +156,7 @@ class Conv2d(WeightsAndBias, Module):
                 f"stride={self.stride}, padding={self.padding}, bias={self.bias is not None})")
 
 
-class MaxPool2d(Module):
+class MaxPool2d(NothingToLearn):
     """Max pooling: each output is the largest value of its window, channel by channel (PyTorch's ``MaxPool2d``).
 
     ``kernel_size`` an int or (k_h, k_w); ``stride`` defaults to the kernel's height (windows side
@@ -181,10 +177,6 @@ class MaxPool2d(Module):
         self.update_state = {}
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
-
-    @property
-    def gradients(self) -> dict[str, np.ndarray]:
-        return {}  # nothing to learn
 
     def _check(self, x: np.ndarray) -> None:
         validation.check_feature_maps(x, "input")
@@ -213,9 +205,6 @@ class MaxPool2d(Module):
             return None
         return fast.maxpool2d_backward(output_delta, self.input, self.output, self.kernel_size, self.stride,
                                        self.padding)
-
-    def update(self, alpha: float) -> None:
-        """Nothing to learn."""
 
     def __repr__(self) -> str:
         return f"MaxPool2d(kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding})"
@@ -280,20 +269,11 @@ def _as_maps(rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 class Activation2d(Activation):
     """An elementwise nonlinearity ``h = f(x)`` on feature maps (batch, channels, height, width)."""
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def _check(self, x: np.ndarray) -> None:
         validation.check_feature_maps(x, "input")
-        return self.nonlin(x)
-
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        validation.check_feature_maps(x, "input")
-        self.output = self.nonlin(x)
-        return self.output
-
-    def __repr__(self) -> str:
-        return f"Activation2d({self.nonlin.__name__!r})"
 
 
-class Flatten(Module):
+class Flatten(NothingToLearn):
     """Feature maps (batch, channels, height, width) as rows (batch, channels height width), for a dense layer.
 
     ``shape`` is (channels, height, width) of the maps it takes, so that ``output_dim``
@@ -310,10 +290,6 @@ class Flatten(Module):
         self.output_dim = int(np.prod(self.shape))
         self.update_state = {}
         self.input_shape: tuple[int, ...] | None = None
-
-    @property
-    def gradients(self) -> dict[str, np.ndarray]:
-        return {}  # nothing to learn
 
     def _check(self, x: np.ndarray) -> None:
         validation.check_feature_maps(x, "input", self.shape[0], channels_name="the channels of this Flatten's shape")
@@ -339,9 +315,6 @@ class Flatten(Module):
             raise ValueError(f"output_delta must have one row per example of the last input, {self.input_shape[0]}; "
                              f"got {output_delta.shape[0]}")
         return output_delta.reshape(self.input_shape) if validation.check_bool(input_delta, "input_delta") else None
-
-    def update(self, alpha: float) -> None:
-        """Nothing to learn."""
 
     def __repr__(self) -> str:
         return f"Flatten({self.shape})"

@@ -1,6 +1,7 @@
 """Decoupled Neural Interfaces: a module that updates itself from a synthetic gradient.
 
-One decoupled step of a module k, in the paper's notation, is :func:`synthetic_step`:
+One decoupled step of a module k, in the paper's notation, is :func:`synthetic_step`, whose
+first line is the forward pass and the rest :func:`synthetic_update`:
 
 1. ``h_k = f_k(h_{k-1})``                    forward
 2. ``ĝ_k = M_k(h_k, c)``                     predict dL/dh_k
@@ -11,6 +12,10 @@ One decoupled step of a module k, in the paper's notation, is :func:`synthetic_s
 Later, when module k+1 has done the same, its returned delta δ_k is the
 bootstrapped target for ``M_k``: ``update_synthetic_weights(δ_k)``.  Only the
 top of a stack computes a true gradient from the loss.
+
+The two halves serve every caller: a single process runs them back to back, and a
+pipeline's worker (:mod:`sgrad.parallel.schedules`) runs its whole stage forward
+first, to send h up sooner, then :meth:`DNIBlock.synthetic_update` for each block.
 
 :class:`DNI` is the blog's layer that does this; :class:`DNIBlock` does it for
 any block (e.g. Linear→BatchNorm→ReLU).  Both call :func:`synthetic_step`.
@@ -26,73 +31,47 @@ from . import validation
 from .blocks import check_module
 from .generators import LinearGenerator
 from .layers import Layer
-from .module import Module
+from .module import Module, restored_on_error, running_averages_kept
 from .optimizers import UpdateRule
 
 
 def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.ndarray | None, alpha: float, *,
                    input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
-    """One decoupled update of ``module`` from its generator's ĝ; returns ``(δ, h, ĝ)``.
+    """One decoupled update of ``module`` from its generator's ĝ, lines 1 to 5; returns ``(δ, h, ĝ)``.
 
-    x: (batch, input_dim), the module's input h_{k-1}, or (batch, channels, height,
-    width) for a convolutional block.  condition: c, (batch, condition_dim) for a
-    conditioned generator, else None.  δ is ĝ
-    backpropagated through the module with its pre-update parameters
-    (``input_delta=False`` skips it and returns None, for a module whose input
-    is data).
-
-    The input, the condition and the batch size are checked before anything
-    changes.  ĝ can only be checked once the module's forward pass has made h,
-    so ĝ of another shape or dtype than h, or holding NaN or inf, is refused
-    after steps 1 and 2 but before the backward pass and the update; so is
-    any error raised by either forward pass.  Module and generator are then
-    put back as they were: every attribute of every module in their trees
-    (:meth:`~sgrad.module.Module.submodules`) is bound again to what it held,
-    which restores the caches (input, output, ĝ, flags), and the buffers that
-    a forward pass changes in place (batch norm's running statistics) get
-    their values back.  Parameters and update-rule states need nothing, as
-    nothing has stepped yet.  Not restored: arrays that a user's own module or
-    generator changes in place without listing them in ``buffers()``.
+    x: (batch, input_dim), the module's input h_{k-1}, or (batch, channels, height, width) for a
+    convolutional block.  condition: c, (batch, condition_dim) for a conditioned generator, else None.
+    Whatever is refused or raised before the update (bad input, a condition that does not fit, a ĝ
+    that :func:`synthetic_update` refuses, an error of either forward pass) leaves module and generator
+    as they were (:func:`~sgrad.module.restored_on_error`).
     """
-    input_delta = validation.check_bool(input_delta, "input_delta")
-    if isinstance(x, np.ndarray) and x.ndim in (2, 4):  # rows, or maps; else module.forward says what is wrong
-        validation.check_condition(condition, generator.condition_dim, x.shape[0], "this DNI")
-        for part in (module, generator):
-            if isinstance(part, Module):
-                part.check_batch_size(x.shape[0])
-    before = _restore_point(module, generator)  # references and small buffer copies: a few µs
-    try:
-        h = module.forward(x)                                    # 1. h_k
-        g_hat = generator.forward(h, condition)                  # 2. ĝ_k = M_k(h_k, c)
-        validation.check_same_shape(g_hat, "the generator's synthetic gradient", h, "this layer's output",
-                                    same_dtype=True)
-    except BaseException:
-        _restore(before)
-        raise
-    delta = module.backward(g_hat, input_delta=input_delta)     # 3. δ_{k-1}, and ĝ's gradients of θ_k
-    module.update(alpha)                                         # 4. descend on ĝ_k at once
+    with restored_on_error(module, generator):
+        h = module.forward(x)                                    # 1. h_k = f_k(h_{k-1})
+        delta, g_hat = synthetic_update(module, generator, h, condition, alpha, input_delta=input_delta)  # 2. to 5.
     return delta, h, g_hat
 
 
-def _restore_point(*trees):
-    """``[(module, its attributes, copies of its buffers)]`` for every module in ``trees``, each once."""
-    point, seen = [], set()
-    for tree in trees:
-        for _, module in (tree.submodules() if isinstance(tree, Module) else [("", tree)]):
-            if id(module) in seen or not hasattr(module, "__dict__"):
-                continue
-            seen.add(id(module))
-            buffers = module.buffers() if isinstance(module, Module) else {}
-            point.append((module, dict(vars(module)), {name: array.copy() for name, array in buffers.items()}))
-    return point
+def synthetic_update(module: Any, generator: Any, h: np.ndarray, condition: np.ndarray | None, alpha: float, *,
+                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    """Lines 2 to 5 of the step, once ``h = module.forward(x)`` has run; returns ``(δ, ĝ)``.
+
+    h: the module's output h_k, as its last forward pass made it.  δ is ĝ backpropagated through
+    the module with its pre-update parameters (``input_delta=False`` skips it and returns None, for
+    a module whose input is data).  ĝ of another shape or dtype than h, or holding NaN or inf, is
+    refused before anything steps.
+    """
+    _check_step(generator, h, condition, input_delta)
+    g_hat = generator.forward(h, condition)                      # 2. ĝ_k = M_k(h_k, c)
+    validation.check_same_shape(g_hat, "the generator's synthetic gradient", h, "this layer's output",
+                                same_dtype=True)  # refused before anything steps
+    delta = module.backward(g_hat, input_delta=input_delta)      # 3. δ_{k-1}, and ĝ_k's gradients of θ_k
+    module.update(alpha)                                         # 4. descend on ĝ_k at once
+    return delta, g_hat                                          # 5. δ_{k-1} from the parameters before step 4
 
 
-def _restore(point):
-    for module, attributes, buffers in point:
-        vars(module).clear()
-        vars(module).update(attributes)
-        for name, array in buffers.items():
-            getattr(module, name)[...] = array
+def _check_step(generator, h, condition, input_delta):
+    validation.check_bool(input_delta, "input_delta")
+    validation.check_condition(condition, generator.condition_dim, h.shape[0], "this DNI")
 
 
 def check_generator(generator: Any, output_dim: int, condition_dim: int) -> None:
@@ -107,12 +86,83 @@ def check_generator(generator: Any, output_dim: int, condition_dim: int) -> None
             raise ValueError(f"generator.{name} must equal the layer's {name}, {expected}; got {got!r}")
 
 
-def _no_prediction_yet() -> ValueError:
-    return ValueError("update_synthetic_weights() needs a synthetic gradient to correct; "
-                      "call forward_and_synthetic_update(input) first")
+class DecoupledModule(Module):
+    """What :class:`DNI` and :class:`DNIBlock` add to a module: a generator, and the DNI step with it.
+
+    The module's own ``forward``, ``backward`` and ``update`` are the step's lines 1, 3 and 4.
+    ``generator`` is checked when it is attached (in the constructor, or by assigning another).
+    """
+
+    output_dim: int
+    condition_dim: int
+    alpha: float
+    generator_alpha: float
+    synthetic_gradient: np.ndarray | None
+
+    def _decouple(self, generator: Any, alpha: float, generator_alpha: float | None) -> None:
+        self.alpha = validation.check_learning_rate(alpha, "alpha")
+        self.generator_alpha = (self.alpha if generator_alpha is None
+                                else validation.check_learning_rate(generator_alpha, "generator_alpha"))
+        self.generator = generator
+        self.synthetic_gradient = None
+
+    @property
+    def generator(self) -> Any:
+        """The synthetic-gradient model M (see :mod:`sgrad.generators`), among the module's own attributes."""
+        return vars(self)["generator"]
+
+    @generator.setter
+    def generator(self, generator: Any) -> None:
+        check_generator(generator, self.output_dim, self.condition_dim)
+        vars(self)["generator"] = generator
+
+    def forward_and_synthetic_update(self, input: np.ndarray, condition: np.ndarray | None = None, *,
+                                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
+
+        input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
+        else None.  ``input_delta`` is ĝ backpropagated through this layer with
+        its pre-update weights: the bootstrapped target for the layer below.
+        ``input_delta=False`` skips it (returns None) for a bottom layer, whose
+        input is data and has no generator to train.  A refused step changes nothing.
+        """
+        delta, output, self.synthetic_gradient = synthetic_step(self, self.generator, input, condition, self.alpha,
+                                                                input_delta=input_delta)
+        return delta, output
+
+    def synthetic_update(self, h: np.ndarray, condition: np.ndarray | None = None, *,
+                         input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """The step's second half, once ``h = forward(input)`` has run: ĝ = M(h, c), δ, the update; ``(δ, ĝ)``.
+
+        ``forward`` then ``synthetic_update`` is :meth:`forward_and_synthetic_update`, bit for bit; a
+        pipeline's worker runs its stage forward first.  A refused ĝ changes nothing.
+        """
+        with restored_on_error(self):
+            delta, self.synthetic_gradient = synthetic_update(self, self.generator, h, condition, self.alpha,
+                                                              input_delta=input_delta)
+        return delta, self.synthetic_gradient
+
+    def update_synthetic_weights(self, target: np.ndarray, *, h: np.ndarray | None = None,
+                                 condition: np.ndarray | None = None) -> float:
+        """One descent step of the generator towards ``target``; returns its regression loss.
+
+        target: (batch, output_dim), what the layer above returned (or the true gradient dL/dh,
+        for the top DNI of a stack); a :class:`~sgrad.generators.SyntheticLossGenerator` takes a
+        predicted loss, (batch, 1).  The step corrects the generator's last prediction.  For a
+        target that comes after the generator has predicted for later batches (in a pipeline),
+        give that batch's ``h`` and ``condition``: the generator predicts for them once more
+        (its running averages put back, so that the batch counts in them once), then steps.
+        """
+        if h is not None:
+            with running_averages_kept(self.generator):
+                self.generator.forward(h, condition)
+        elif self.synthetic_gradient is None:
+            raise ValueError("update_synthetic_weights() needs a synthetic gradient to correct; "
+                             "call forward_and_synthetic_update(input) first")
+        return self.generator.update(target, self.generator_alpha)
 
 
-class DNI(Layer):
+class DNI(DecoupledModule, Layer):
     """A :class:`~sgrad.Layer` decoupled by a synthetic-gradient generator.
 
     The blog's call works as written: ``DNI(16, 128, sigmoid, sigmoid_out2deriv, alpha=0.1)``.
@@ -149,46 +199,16 @@ class DNI(Layer):
         rng = validation.make_rng(seed, rng)
         super().__init__(input_dim, output_dim, nonlin, nonlin_deriv, bias=bias, init=init,
                          update_rule=update_rule, rng=rng, dtype=dtype)
-        self.alpha = validation.check_learning_rate(alpha, "alpha")
-        self.generator_alpha = (self.alpha if generator_alpha is None
-                                else validation.check_learning_rate(generator_alpha, "generator_alpha"))
         self.condition_dim = validation.check_integer(condition_dim, "condition_dim", minimum=0)
         if generator is None:
             generator = LinearGenerator(
                 self.output_dim, self.condition_dim, init=generator_init,
                 update_rule=self.update_rule if generator_update_rule is None else generator_update_rule,
                 rng=rng, dtype=dtype)
-        else:
-            check_generator(generator, self.output_dim, self.condition_dim)
-        self.generator = generator
-        self.synthetic_gradient: np.ndarray | None = None
+        self._decouple(generator, alpha, generator_alpha)
 
     def children(self) -> dict[str, Any]:
         return {"generator": self.generator}
-
-    def forward_and_synthetic_update(self, input: np.ndarray, condition: np.ndarray | None = None, *,
-                                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
-        """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
-
-        input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
-        else None.  ``input_delta`` is ĝ backpropagated through this layer with
-        its pre-update weights: the bootstrapped target for the layer below.
-        ``input_delta=False`` skips it (returns None) for a bottom layer, whose
-        input is data and has no generator to train.
-        """
-        delta, output, self.synthetic_gradient = synthetic_step(self, self.generator, input, condition, self.alpha,
-                                                                input_delta=input_delta)
-        return delta, output
-
-    def update_synthetic_weights(self, target_gradient: np.ndarray) -> float:
-        """One descent step of the generator towards ``target_gradient``; returns its regression loss.
-
-        target_gradient: (batch, output_dim), what the layer above returned (or
-        the true gradient dL/dh, for the top DNI of a stack).
-        """
-        if self.synthetic_gradient is None:
-            raise _no_prediction_yet()
-        return self.generator.update(target_gradient, self.generator_alpha)
 
     def normal_update(self, true_gradient: np.ndarray) -> np.ndarray | None:
         """The blog's top-layer step: backprop ``true_gradient`` (dL/dh), descend, return the input delta.
@@ -203,7 +223,7 @@ class DNI(Layer):
         return f"{super().__repr__()[:-1]}, condition_dim={self.condition_dim})"
 
 
-class DNIBlock(Module):
+class DNIBlock(DecoupledModule):
     """Any block (e.g. :func:`sgrad.blocks.dense_block`, Linear→BatchNorm→ReLU) decoupled by a generator.
 
     Works as :class:`DNI` does: ``forward_and_synthetic_update(input, condition)``
@@ -217,18 +237,13 @@ class DNIBlock(Module):
 
     def __init__(self, block: Any, generator: Any, alpha: float = 0.1, *, generator_alpha: float | None = None) -> None:
         check_module(block, "block", sized=True)
-        check_generator(generator, block.output_dim, getattr(generator, "condition_dim", 0))
         self.block = block
-        self.generator = generator
         self.input_dim = block.input_dim
         self.output_dim = block.output_dim
-        self.condition_dim = generator.condition_dim
-        self.alpha = validation.check_learning_rate(alpha, "alpha")
-        self.generator_alpha = (self.alpha if generator_alpha is None
-                                else validation.check_learning_rate(generator_alpha, "generator_alpha"))
+        self.condition_dim = getattr(generator, "condition_dim", 0)
         self.update_state = {}
-        self.synthetic_gradient: np.ndarray | None = None
         self.output: np.ndarray | None = None
+        self._decouple(generator, alpha, generator_alpha)
 
     def children(self) -> dict[str, Any]:
         return {"block": self.block, "generator": self.generator}
@@ -253,19 +268,6 @@ class DNIBlock(Module):
 
     def update(self, alpha: float) -> None:
         self.block.update(alpha)
-
-    def forward_and_synthetic_update(self, input: np.ndarray, condition: np.ndarray | None = None, *,
-                                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
-        """As :meth:`DNI.forward_and_synthetic_update`: ``(input_delta, output)``."""
-        delta, self.output, self.synthetic_gradient = synthetic_step(self.block, self.generator, input, condition,
-                                                                     self.alpha, input_delta=input_delta)
-        return delta, self.output
-
-    def update_synthetic_weights(self, target: np.ndarray) -> float:
-        """As :meth:`DNI.update_synthetic_weights`: one generator step towards ``target``; returns its loss."""
-        if self.synthetic_gradient is None:
-            raise _no_prediction_yet()
-        return self.generator.update(target, self.generator_alpha)
 
     def __repr__(self) -> str:
         return f"DNIBlock({self.block!r}, generator={type(self.generator).__name__})"

@@ -7,12 +7,12 @@ from numpy.typing import DTypeLike
 
 from . import kernels, validation
 from .initializers import initialize
-from .module import Module, WeightsAndBias
+from .module import WeightsAndBias
 from .nonlinearities import resolve_nonlinearity
-from .optimizers import UpdateRule, get_update_rule
+from .optimizers import UpdateRule
 
 
-class Layer(WeightsAndBias, Module):
+class Layer(WeightsAndBias):
     """A dense layer ``h = nonlin(input @ weights + bias)``.
 
     The blog's positional call works as written::
@@ -62,14 +62,10 @@ class Layer(WeightsAndBias, Module):
         rng = validation.make_rng(seed, rng)
         self.weights = initialize(init, (self.input_dim, self.output_dim), rng, self.dtype)
         self.bias = np.zeros(self.output_dim, dtype=self.dtype) if validation.check_bool(bias, "bias") else None
-        self.update_rule = get_update_rule(update_rule)
-        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.own_parameters().items()}
+        self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
         self.weight_output_delta: np.ndarray | None = None
-        self.weights_grad: np.ndarray | None = None
-        self.bias_grad: np.ndarray | None = None
-        self._stale = False  # set by update(): the last forward pass used the old weights
 
     def forward(self, input: np.ndarray) -> np.ndarray:
         """Compute and remember ``h = nonlin(input @ weights + bias)``.

@@ -82,7 +82,8 @@ def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str |
     return fig
 
 
-TIMELINE_COLORS = {"forward": "tab:blue", "backward": "tab:orange", "update": "tab:green", "wait": "0.85"}
+TIMELINE_COLORS = {"forward": "tab:blue", "backward": "tab:orange", "update": "tab:green", "dni": "tab:purple",
+                   "wait": "0.85"}
 
 
 def plot_timeline(timelines: Mapping[str, Sequence[Any]], path: str | os.PathLike[str] | None = None) -> Figure:

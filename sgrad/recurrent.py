@@ -18,7 +18,7 @@ One window of T steps, and backpropagation through it::
 ``d_last_state`` (batch, state_dim) is the gradient arriving at the window's
 last state from the steps after it: the true one, a synthetic one
 ``ĝ = M(s_T)`` (DNI), or None for zero (the future cut off, as truncated
-BPTT does).  ``state=None`` starts from zeros.  :func:`sgrad.steps.tbptt_step`
+BPTT does).  ``state=None`` starts from zeros.  :func:`sgrad.tbptt.tbptt_step`
 cuts a sequence into such windows.
 
 A readout per step is a :class:`~sgrad.Layer` applied to the outputs as
@@ -51,8 +51,8 @@ from numpy.typing import DTypeLike
 
 from . import kernels, validation
 from .initializers import INITIALIZERS, initialize
-from .module import Module
-from .optimizers import UpdateRule, get_update_rule
+from .module import OwnParameters
+from .optimizers import UpdateRule
 
 
 def check_sequence(array: Any, name: str, width: int | None = None, *, width_name: str = "features") -> np.ndarray:
@@ -81,7 +81,7 @@ def check_sequence(array: Any, name: str, width: int | None = None, *, width_nam
     return array
 
 
-class Recurrent(Module):
+class Recurrent(OwnParameters):
     """What :class:`RNN` and :class:`LSTM` share: the parameters, the checks, backward and update.
 
     Every step computes the same pre-activation ``z_t = x_t W_x + h_{t-1} W_h + b``
@@ -102,6 +102,10 @@ class Recurrent(Module):
     """
 
     gates = 1
+    _calls_before_update = "backward(d_outputs, d_last_state) after forward(x, state)"
+    weights_x_grad: np.ndarray | None
+    weights_h_grad: np.ndarray | None
+    bias_grad: np.ndarray | None
 
     def __init__(self, input_dim: int, hidden_dim: int, *, init: str = "xavier",
                  update_rule: str | UpdateRule | None = None, seed: validation.Seed = None,
@@ -115,16 +119,11 @@ class Recurrent(Module):
         self.weights_x = initialize(init, (self.input_dim, width), rng, self.dtype)
         self.weights_h = initialize(init, (self.hidden_dim, width), rng, self.dtype)
         self.bias = np.zeros(width, dtype=self.dtype)
-        self.update_rule = get_update_rule(update_rule)
-        self.update_state = {name: self.update_rule.init_state(p) for name, p in self.own_parameters().items()}
+        self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.hidden_states: np.ndarray | None = None
         self.outputs: np.ndarray | None = None
         self.last_state: np.ndarray | None = None
-        self.weights_x_grad: np.ndarray | None = None
-        self.weights_h_grad: np.ndarray | None = None
-        self.bias_grad: np.ndarray | None = None
-        self._stale = False  # set by update(): the last forward pass used the old weights
 
     @property
     def state_dim(self) -> int:
@@ -134,11 +133,6 @@ class Recurrent(Module):
     def own_parameters(self) -> dict[str, np.ndarray]:
         """``{'weights_x': W_x, 'weights_h': W_h, 'bias': b}``."""
         return {"weights_x": self.weights_x, "weights_h": self.weights_h, "bias": self.bias}
-
-    @property
-    def gradients(self) -> dict[str, Any]:
-        """dL/d(parameter) from the last ``backward``, summed over the window's steps, keyed as :attr:`parameters`."""
-        return {"weights_x": self.weights_x_grad, "weights_h": self.weights_h_grad, "bias": self.bias_grad}
 
     def initial_state(self, batch: int) -> np.ndarray:
         """A state of zeros, (batch, state_dim): where a sequence starts."""
@@ -203,17 +197,6 @@ class Recurrent(Module):
                                                                            input_delta)
         _, self.weights_h_grad, _ = kernels.linear_backward(dz, h_rows, self.weights_h, False, False)
         return (None if d_x is None else d_x.reshape(self.input.shape)), d_state
-
-    def update(self, alpha: float = 0.1) -> None:
-        """Take one descent step with the gradients stored by the last ``backward``; ``alpha`` is the learning rate."""
-        if self.weights_x_grad is None:
-            raise ValueError("update() needs the gradients of the last forward pass; "
-                             "call backward(d_outputs, d_last_state) after forward(x, state) first")
-        alpha = validation.check_learning_rate(alpha)
-        for name, param in self.own_parameters().items():
-            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
-        self.weights_x_grad = self.weights_h_grad = self.bias_grad = None
-        self._stale = True
 
     def _check_window(self, x, state):
         check_sequence(x, "x", self.input_dim, width_name="this layer's input_dim")

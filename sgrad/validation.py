@@ -130,9 +130,7 @@ def check_batch(array: Any, name: str, width: int | None = None, *, width_name: 
     ``width=None`` accepts any number of columns.
     """
     expected = "(batch, features)" if width is None else f"(batch, {width})"
-    check_array_type(array, name, f"a NumPy array of shape {expected}")
-    if array.dtype.kind != "f":
-        raise TypeError(f"{name} must hold floats; got dtype {array.dtype}. Convert it with {name}.astype(np.float64).")
+    _check_float_array(array, name, expected)
     if array.ndim != 2:
         hint = ""
         if array.ndim == 1:
@@ -144,11 +142,7 @@ def check_batch(array: Any, name: str, width: int | None = None, *, width_name: 
                          f"got shape {array.shape}, i.e. {array.shape[1]} columns")
     if array.shape[0] == 0:
         raise ValueError(f"{name} is an empty batch (shape {array.shape}); pass at least one row")
-    if not np.isfinite(array).all():
-        row = int(np.argwhere(~np.isfinite(array))[0, 0])
-        raise ValueError(f"{name} holds NaN or inf (first in row {row}); check the data, or lower the "
-                         "learning rate if it came from a training run that diverged")
-    return array
+    return _check_finite(array, name, "row")
 
 
 def check_feature_maps(array: Any, name: str, channels: int | None = None, *,
@@ -159,9 +153,7 @@ def check_feature_maps(array: Any, name: str, channels: int | None = None, *,
     Every axis must be at least 1; ``channels=None`` accepts any number of channels.
     """
     expected = "(batch, channels, height, width)" if channels is None else f"(batch, {channels}, height, width)"
-    check_array_type(array, name, f"a NumPy array of shape {expected}")
-    if array.dtype.kind != "f":
-        raise TypeError(f"{name} must hold floats; got dtype {array.dtype}. Convert it with {name}.astype(np.float64).")
+    _check_float_array(array, name, expected)
     if array.ndim != 4:
         hint = ""
         if array.ndim == 3:
@@ -175,9 +167,21 @@ def check_feature_maps(array: Any, name: str, channels: int | None = None, *,
                          f"got shape {array.shape}, i.e. {array.shape[1]} channels")
     if 0 in array.shape:
         raise ValueError(f"{name} is empty (shape {array.shape}); pass at least one example of at least one pixel")
+    return _check_finite(array, name, "example")
+
+
+def _check_float_array(array, name, expected):
+    """A plain NumPy array of floats, as :func:`check_array_type` takes it; ``expected`` is its shape in words."""
+    check_array_type(array, name, f"a NumPy array of shape {expected}")
+    if array.dtype.kind != "f":
+        raise TypeError(f"{name} must hold floats; got dtype {array.dtype}. Convert it with {name}.astype(np.float64).")
+
+
+def _check_finite(array, name, first):
+    """``array`` if it holds no NaN or inf; else the message names the first ``first`` ('row', 'example') that does."""
     if not np.isfinite(array).all():
-        example = int(np.argwhere(~np.isfinite(array))[0, 0])
-        raise ValueError(f"{name} holds NaN or inf (first in example {example}); check the data, or lower the "
+        index = int(np.argwhere(~np.isfinite(array))[0, 0])
+        raise ValueError(f"{name} holds NaN or inf (first in {first} {index}); check the data, or lower the "
                          "learning rate if it came from a training run that diverged")
     return array
 

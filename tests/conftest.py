@@ -26,7 +26,7 @@ import pytest
 from hypothesis import assume, settings
 
 from sgrad.blocks import Activation, Sequential
-from sgrad.checks import numerical_gradient, relative_error
+from sgrad.course import numerical_gradient, relative_error
 from sgrad.generators import LinearGenerator
 from sgrad.kernels import linear_forward
 from sgrad.layers import Layer

@@ -261,6 +261,22 @@ def test_help_is_plain_text_without_restructuredtext_markup(command):
     assert "usage: sgrad" in result.stdout
 
 
+def test_version_prints_the_version_module_s_and_exits_0():
+    from sgrad.version import __version__
+
+    result = subprocess.run([str(SGRAD), "--version"], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"sgrad {__version__}\n", "")
+    assert __version__ == "0.1.0"
+
+
+def test_the_version_is_written_once_and_the_package_metadata_reads_it():
+    from sgrad.version import __version__
+
+    root = Path(__file__).parent.parent
+    assert "version = attr: sgrad.version.__version__" in (root / "setup.cfg").read_text().splitlines()
+    assert [p.name for p in (root / "sgrad").rglob("*.py") if f'"{__version__}"' in p.read_text()] == ["version.py"]
+
+
 def test_every_option_of_paper_has_a_help_text():
     from sgrad.cli import build_parser
 
@@ -291,7 +307,7 @@ def test_every_option_of_paper_has_a_help_text():
     (["compare", "--hidden", "10000000", "--out", "{tmp}/out"],
      "sgrad compare: error: the backprop network would need 4,000,000,128 bytes (3.7 GiB) for its 250,000,008 "
      "parameters, their gradients and adam's state, more than the 2 GiB that sgrad allows "
-     "(sgrad.experiments.loop.MAX_NETWORK_BYTES); use smaller widths"),
+     "(sgrad.experiments.settings.MAX_NETWORK_BYTES); use smaller widths"),
 ], ids=["depth-0", "missing-data", "compare-out-below-a-file", "paper-out-below-a-file", "batch-over-subset",
         "hidden-ten-million"])
 def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_path, args, message):

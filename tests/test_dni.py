@@ -3,9 +3,11 @@
 ``synthetic_step`` is the DNI step written once, so each behaviour of the step is specified on it, for a
 Layer and for a Linear→BatchNorm→ReLU block: the forward pass, ĝ = M(h, c), the input delta δ computed
 with the parameters from before the update, one step of the module's update rule on ĝ's gradients, and
-every check made before anything changes.  ``DNI`` and ``DNIBlock`` are specified by what they add: they
-run that step with their own alpha and keep ĝ, they train their generator with generator_alpha, and DNI's
-blog-style construction.  The last section runs the step over a convolutional block, whose h and ĝ are
+every check made before anything changes.  Its two halves (the forward pass, then ``synthetic_update``)
+give it bit for bit, and a refused step leaves everything as it was.  ``DNI`` and ``DNIBlock`` are specified
+by what they add: they run that step with their own alpha and keep ĝ, they train their generator with
+generator_alpha (also on a late target, with the batch's h), they check a generator when it is attached, and
+DNI's blog-style construction.  The last section runs the step over a convolutional block, whose h and ĝ are
 feature maps.  Stacks of DNI layers (sgrad.steps) are in test_steps.py.
 
 The batch-size rule and train/eval over a DNI's tree are in test_module.py; bad arguments shared by the
@@ -24,7 +26,9 @@ from strategies import (MODULE_KINDS, batches, booleans, condition_dims, dtypes,
                         update_rules, widths)
 
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, MLPGenerator, dense_block, synthetic_step
+from sgrad.batchnorm import BatchNorm
 from sgrad.conv import conv_block
+from sgrad.dni import synthetic_update
 from sgrad.generators import ConvGenerator
 from sgrad.kernels import dense_forward
 
@@ -197,6 +201,38 @@ def test_skipping_the_input_delta_changes_nothing_else(kind, condition_dim):
         np.testing.assert_array_equal(param, full.parameters[name], err_msg=name)
 
 
+def _step_parts(kind, condition_dim=CONDITION):
+    """A module of ``kind`` ('layer', 'dense_block' or 'conv_block'), a generator that makes ĝ non-zero, x and c."""
+    if kind == "conv_block":
+        return _conv_step_parts(rule="adam")
+    c = _condition() if condition_dim else None
+    generator = MLPGenerator(OUT, condition_dim, hidden=(3,), seed=1)
+    randomize(generator.parameters, np.random.default_rng(5))
+    return _module(kind, update_rule="adam"), generator, _x(), c
+
+
+@pytest.mark.parametrize("input_delta", [True, False])
+@pytest.mark.parametrize("kind", [*MODULE_KINDS, "conv_block"])
+def test_the_forward_pass_then_synthetic_update_is_synthetic_step_bit_for_bit(kind, input_delta):
+    """The two halves a pipeline's worker runs apart: h = module.forward(x), then ĝ, δ and the update."""
+    module, generator, x, c = _step_parts(kind)
+    halves_module, halves_generator = copy.deepcopy((module, generator))
+
+    delta, h, g_hat = synthetic_step(module, generator, x, c, ALPHA, input_delta=input_delta)
+    halves_h = halves_module.forward(x)
+    halves_delta, halves_g_hat = synthetic_update(halves_module, halves_generator, halves_h, c, ALPHA,
+                                                  input_delta=input_delta)
+
+    assert np.any(g_hat != 0), "the test needs a non-zero ĝ"
+    np.testing.assert_array_equal(halves_h, h)
+    np.testing.assert_array_equal(halves_g_hat, g_hat)
+    assert (halves_delta is None) == (delta is None) == (not input_delta)
+    if input_delta:
+        np.testing.assert_array_equal(halves_delta, delta)
+    assert_same_state(halves_module, tree_state(module))  # parameters, Adam's moments, caches, running statistics
+    assert_same_state(halves_generator, tree_state(generator))
+
+
 def _nan_condition():
     c = _condition()
     c[2, 1] = np.nan
@@ -275,14 +311,26 @@ def test_input_delta_must_be_a_bool_and_is_checked_before_anything_changes():
     assert_same_state(module, before)
 
 
-class SpoiledGenerator(LinearGenerator):
-    """A user's generator whose prediction ``spoil`` turns bad (None: a good one)."""
+class Spoiled:
+    """A user's generator whose prediction ``spoil`` turns bad (None: a good one), after its forward pass has run."""
 
     spoil = None
 
     def forward(self, h, condition=None):
         prediction = super().forward(h, condition)
         return prediction if self.spoil is None else self.spoil(prediction)
+
+
+class SpoiledGenerator(Spoiled, LinearGenerator):
+    pass
+
+
+class SpoiledMLPGenerator(Spoiled, MLPGenerator):
+    """With a batch-normalised hidden block, whose running statistics its forward pass moves."""
+
+
+def _fail(g):
+    raise RuntimeError("the user's generator failed")
 
 
 def _with_nan(g):
@@ -300,6 +348,7 @@ BAD_PREDICTIONS = [
                  id="nan"),
     pytest.param(lambda g: np.full_like(g, -np.inf), ValueError,
                  r"the generator's synthetic gradient holds NaN or inf \(first in row 0\)", id="inf"),
+    pytest.param(_fail, RuntimeError, "the user's generator failed", id="raises"),
 ]
 
 
@@ -317,6 +366,47 @@ def test_a_bad_prediction_is_refused_and_module_and_generator_are_as_they_were(k
 
     assert_same_state(module, before_module)
     assert_same_state(generator, before_generator)
+
+
+def _running_statistics(*trees):
+    return [array.copy() for tree in trees for _, module in tree.submodules() if isinstance(module, BatchNorm)
+            for array in module.buffers().values()]
+
+
+@pytest.mark.parametrize("spoil, error, message", BAD_PREDICTIONS)
+def test_a_refused_step_puts_back_the_running_statistics_of_the_block_and_of_the_generator(spoil, error, message):
+    """Both forward passes have moved them in place by the time ĝ is refused."""
+    module, generator = _module("dense_block", update_rule="adam"), SpoiledMLPGenerator(OUT, CONDITION, hidden=(3,),
+                                                                                          seed=1)
+    synthetic_step(module, generator, _x(5), _condition(6), ALPHA)
+    generator.spoil = spoil
+    running = _running_statistics(module, generator)
+    before_module, before_generator = tree_state(module), tree_state(generator)
+
+    with pytest.raises(error, match=message):
+        synthetic_step(module, generator, _x(), _condition(), ALPHA)
+
+    assert_same_state(module, before_module)
+    assert_same_state(generator, before_generator)
+    for after, before in zip(_running_statistics(module, generator), running):
+        np.testing.assert_array_equal(after, before)
+    generator.spoil = None
+    synthetic_step(module, generator, _x(), _condition(), ALPHA)
+    assert all(np.all(after != before) for after, before in zip(_running_statistics(module, generator), running)), \
+        "the same step, unspoiled, moves every running statistic: the test needs that"
+
+
+@pytest.mark.parametrize("spoil, error, message", BAD_PREDICTIONS)
+@OWNERS_OF_A_SPOILED_GENERATOR
+def test_a_refused_synthetic_update_leaves_the_module_as_its_forward_pass_left_it(make, spoil, error, message):
+    owner = make()
+    owner.forward_and_synthetic_update(_x(5), _condition(6))
+    h = owner.forward(_x())
+    owner.generator.spoil = spoil
+    before = tree_state(owner)
+    with pytest.raises(error, match=message):
+        owner.synthetic_update(h, _condition())
+    assert_same_state(owner, before)
 
 
 @OWNERS_OF_A_SPOILED_GENERATOR
@@ -356,6 +446,63 @@ def test_forward_and_synthetic_update_is_synthetic_step_with_its_own_alpha(make,
     np.testing.assert_array_equal(owner.synthetic_gradient, expected_g_hat)
     for name, param in owner.parameters.items():
         np.testing.assert_array_equal(param, reference.parameters[name], err_msg=name)
+
+
+@pytest.mark.parametrize("input_delta", [True, False])
+@OWNERS
+def test_forward_then_synthetic_update_is_forward_and_synthetic_update_bit_for_bit(make, input_delta):
+    whole, halves = make(), make()
+    x, c = _x(), _condition()
+
+    delta, output = whole.forward_and_synthetic_update(x, c, input_delta=input_delta)
+    h = halves.forward(x)
+    halves_delta, g_hat = halves.synthetic_update(h, c, input_delta=input_delta)
+
+    np.testing.assert_array_equal(h, output)
+    np.testing.assert_array_equal(g_hat, whole.synthetic_gradient)
+    assert halves.synthetic_gradient is g_hat
+    if input_delta:
+        np.testing.assert_array_equal(halves_delta, delta)
+    assert_same_state(halves, tree_state(whole))
+
+
+@OWNERS
+def test_a_late_target_is_regressed_onto_after_the_generator_predicts_for_its_batch_again(make):
+    """A pipeline's worker: the generator has predicted for a later batch before batch 1's target comes."""
+    generator = MLPGenerator(OUT, CONDITION, hidden=(3,), seed=1)
+    randomize(generator.parameters, np.random.default_rng(5))
+    owner = make(generator=generator)
+    h1, c1 = owner.forward(_x(1)), _condition(1)
+    owner.synthetic_update(h1, c1)
+    owner.forward_and_synthetic_update(_x(2), _condition(2))  # batch 2's prediction
+    running = _running_statistics(owner.generator)
+    reference = copy.deepcopy(owner.generator)
+    reference.forward(h1, c1)
+    target = _x(7, width=OUT)
+
+    loss = owner.update_synthetic_weights(target, h=h1, condition=c1)
+
+    assert loss == reference.update(target, 0.02)
+    for name, param in owner.generator.parameters.items():
+        np.testing.assert_array_equal(param, reference.parameters[name], err_msg=name)
+    for after, before in zip(_running_statistics(owner.generator), running):
+        np.testing.assert_array_equal(after, before)  # batch 1 counted once in them, when it was first predicted for
+
+
+@OWNERS
+def test_a_generator_is_checked_when_it_is_attached_and_a_refused_one_leaves_the_old(make):
+    owner = make()
+    old = owner.generator
+    with pytest.raises(ValueError, match="generator.condition_dim must equal the layer's condition_dim, 3; got 0"):
+        owner.generator = LinearGenerator(OUT, 0)
+    with pytest.raises(TypeError, match="generator must have methods forward, update and predict.*lacks update"):
+        owner.generator = SimpleNamespace(forward=len, predict=len, output_dim=OUT, condition_dim=CONDITION)
+    assert owner.generator is old
+    new = _generator()
+    owner.generator = new
+    assert owner.generator is new and owner.children()["generator"] is new
+    owner.forward_and_synthetic_update(_x(), _condition())
+    assert new.synthetic_gradient is not None
 
 
 @OWNERS

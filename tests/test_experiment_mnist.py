@@ -67,17 +67,6 @@ def test_every_method_sees_the_same_batches(monkeypatch):
         assert all(np.array_equal(a, b) for a, b in zip(batches, per_method["backprop"])), method
 
 
-def test_accuracy_is_measured_in_evaluation_mode_and_training_mode_comes_back(tiny_data):
-    layers = build_network("cdni", 20, TINY)
-    modes = []
-    predict = layers[0].predict
-    layers[0].predict = lambda x: modes.append(layers[0].block.modules[1].training) or predict(x)
-    accuracy = mnist.accuracy(layers, tiny_data[2], tiny_data[3], batch=10)
-    assert modes == [False] * 4  # 32 rows in batches of 10
-    assert 0.0 <= accuracy <= 1.0
-    assert all(module.training for layer in layers for _, module in layer.submodules())
-
-
 # --- settings -------------------------------------------------------------------------------------------
 
 
@@ -453,7 +442,7 @@ def test_on_real_mnist_the_synthetic_loss_learns():
     The synthetic loss as `sgrad paper` builds it (ℓ̂ = M(h, c) with the label, started at ln 10).
     Measured (the subset and the seed both 0, then both 1): 85.99 / 86.38% (no-bprop: 80.75 / 82.12%);
     ℓ̂ from h alone, started at ln 10: 63.52 / 61.65%; the first version (ℓ̂ from h alone, started at
-    ln 2, commit b27993c~1): 19.63% with seed 0, the 11.5% of the README in the full setting.
+    ln 2, commit b27993c~1): 19.63% with seed 0, the 11.5% of docs/results/mnist.md in the full setting.
     """
     from data_gen.mnist import load_mnist, prepare_mnist
 

@@ -156,7 +156,7 @@ def test_every_option_of_rnn_has_a_help_text():
 def test_at_t2_dni_reaches_a_longer_copy_length_than_truncated_bptt():
     """The reduced form of the paper's Copy result, under the curriculum, on the default net at rate 1e-3.
 
-    Measured with 20,000 steps (README, "Recurrent DNI"): DNI solved N = 2 at step 3,550, 3,450 and 3,250 (seeds
+    Measured with 20,000 steps (docs/results/recurrent.md): DNI solved N = 2 at step 3,550, 3,450 and 3,250 (seeds
     0, 1, 2), truncated BPTT at 5,550, 7,250 and 7,700.  At 4,500 steps, seed 0, each is about 1,000 steps from
     the budget's end.  About 20 s.
     """
@@ -171,7 +171,7 @@ def test_generator_targets_that_look_further_carry_the_core_sooner_than_one_wind
     ``target_windows=2`` (``--target-windows 2``): onto two windows' loss and its own ĝ after them.
 
     Measured at T = 2, seed 0, on the default net: with true targets and with two-window targets DNI solved N = 2 at
-    step 2,050; with the method's one-window bootstrapped targets at step 3,550 (README, "Recurrent DNI").  At 3,000
+    step 2,050; with the method's one-window bootstrapped targets at step 3,550 (docs/results/recurrent.md).  At 3,000
     steps the first two have solved it and the third not yet.  About 35 s.
     """
     config = RnnConfig(steps=3000, seed=0)

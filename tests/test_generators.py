@@ -244,6 +244,17 @@ def test_update_with_sgd_steps_against_the_gradient(kind, batchnorm):
         np.testing.assert_array_equal(param, before[name] - 0.1 * generator.gradients[name], err_msg=name)
 
 
+def test_a_linear_generators_weights_and_bias_are_its_layers_to_read_and_to_set():
+    generator = _generator("linear")
+    assert generator.weights is generator.net.weights and generator.bias is generator.net.bias
+    assert generator.update_rule is generator.net.update_rule
+    generator.weights -= 1.0  # a homework's in-place step
+    np.testing.assert_array_equal(generator.net.weights, generator.weights)
+    generator.weights = np.zeros_like(generator.weights)
+    generator.bias = np.ones_like(generator.bias)
+    np.testing.assert_array_equal(generator.predict(_h(), _condition()), np.ones((BATCH, WIDTH)))
+
+
 def test_linear_weights_grad_and_bias_grad_are_the_gradients_of_the_last_update():
     generator = _generator("linear")
     generator.forward(_h(), _condition())

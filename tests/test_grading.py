@@ -1,7 +1,7 @@
-"""``python -m sgrad.grading NOTEBOOK`` runs a student's notebook and grades the classes it defines.
+"""``sgrad grade NOTEBOOK`` runs a student's notebook and grades the classes it defines.
 
 The graded notebooks are notebooks/08_homework.ipynb as shipped (its stubs), and copies of it whose stub
-cells hold the answers of homework_solutions.py: all correct, one planted mistake per exercise, or
+cells hold the answers of sgrad/course/solutions.py: all correct, one planted mistake per exercise, or
 broken (a syntax error, a method that never returns, a deleted check cell); and a notebook whose kernel
 dies.  Each is graded once, all at the same time, by the real command in a subprocess (module-scoped
 fixture); the tests read its report and exit status.
@@ -21,11 +21,11 @@ import nbformat
 import pytest
 
 from conftest import started
-from homework_solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
-from sgrad.grading import EXERCISES
+from sgrad.course.grader import EXERCISES
+from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "08_homework.ipynb"
-COMMAND = [sys.executable, "-m", "sgrad.grading"]
+COMMAND = [sys.executable, "-m", "sgrad", "grade"]
 MARK = "SGRAD_TEST_GRADER"  # an environment variable set for each grader; its kernel inherits it
 
 
@@ -203,7 +203,7 @@ def test_a_missing_file_or_one_that_is_not_a_notebook_exits_2(tmp_path, contents
     run = subprocess.run(COMMAND + [str(path)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert run.stdout == ""
-    assert run.stderr.startswith("python -m sgrad.grading: error: ") and message in run.stderr
+    assert run.stderr.startswith("sgrad grade: error: ") and message in run.stderr
 
 
 def test_a_timeout_that_is_not_a_positive_number_exits_2():
@@ -281,7 +281,20 @@ def test_a_kernel_that_never_answers_exits_2_after_three_starts(tmp_path):
     assert starts.read_text() == "3"
     assert run.returncode == 2
     assert run.stdout == ""
-    assert run.stderr.startswith("python -m sgrad.grading: error: could not run a python3 Jupyter kernel (")
+    assert run.stderr.startswith("sgrad grade: error: could not run a python3 Jupyter kernel (")
     assert ("3 tries; its last words: 'lost the race for its ports (start 3)'); "
             "install one with: pip install -e '.[notebooks]'") in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_the_one_grading_command_is_sgrad_grade_in_the_readme_the_notebook_and_the_help():
+    readme = (NOTEBOOK.parents[1] / "README.md").read_text()
+    student_page = NOTEBOOK.read_text()
+    usage = subprocess.run([sys.executable, "-m", "sgrad", "--help"], capture_output=True, text=True, timeout=60)
+    assert "sgrad grade path/to/08_homework.ipynb" in readme
+    assert "`sgrad grade 08_homework.ipynb`" in student_page
+    assert "sgrad grade checks a student's homework notebook" in " ".join(usage.stdout.split())
+    for text in (readme, student_page, usage.stdout):
+        assert "sgrad.grading" not in text and "sgrad.checks" not in text
+    old_command = subprocess.run([sys.executable, "-m", "sgrad.grading"], capture_output=True, text=True, timeout=60)
+    assert "No module named sgrad.grading" in old_command.stderr

@@ -1,11 +1,9 @@
-"""The experiment loop (sgrad.experiments.loop): batches, evaluations, divergence, resuming, and what experiments share.
+"""The experiment loop (sgrad.experiments.loop): batches, evaluations, divergence, resuming, each method's step.
 
 The loop is driven here by a tiny regression (two sgrad Layers, backprop) so that every behaviour is
 seen on its own; the experiments' own tests check them on binary addition and MNIST.
 """
 
-import json
-import os
 import time
 import warnings
 
@@ -13,6 +11,7 @@ import numpy as np
 import pytest
 
 import sgrad
+from sgrad.batches import BatchOrder
 from sgrad.checkpoint import load_checkpoint
 from sgrad.experiments import loop, mnist
 from sgrad.losses import mse, softmax_cross_entropy
@@ -49,9 +48,11 @@ def run(layers=None, *, steps=8, eval_every=3, seen=None, train_step=None, **opt
         history["mean_loss"].append(float(np.mean(losses)))
         return f"step {step_number}"
 
-    settings = dict(run={"trainer": "test"}, steps=steps, eval_every=eval_every, num_examples=EXAMPLES,
-                    batch_size=BATCH, rng=np.random.default_rng(7), history=fresh_history(), name="regression",
-                    label="[regression]", learning_rates={"alpha": 0.1}, keep_step_losses=True)
+    names = {"name": "regression", "label": "[regression]", "learning_rates": {"alpha": 0.1}}
+    names.update((key, options.pop(key)) for key in ("name", "unit", "learning_rates") if key in options)
+    settings = dict(run={"trainer": "test"}, steps=steps, eval_every=eval_every,
+                    batches=BatchOrder(EXAMPLES, BATCH, np.random.default_rng(7)), history=fresh_history(),
+                    names=loop.RunName(**names), keep_step_losses=True)
     settings.update(options)
     return loop.train_loop(layers, step if train_step is None else train_step, evaluate, **settings)
 
@@ -256,98 +257,3 @@ def test_no_bprop_changes_only_the_top_layer():
         for name, value in initial.parameters.items():
             np.testing.assert_array_equal(ours.parameters[name], value)
     assert np.abs(layers[-1].weights - before[-1].weights).max() > 0
-
-
-# --- what experiments share -------------------------------------------------------------------------------
-
-
-def test_check_methods_takes_one_name_or_a_list():
-    assert loop.check_methods("dni", ("backprop", "dni")) == ["dni"]
-    assert loop.check_methods(("dni", "backprop"), ("backprop", "dni")) == ["dni", "backprop"]
-
-
-@pytest.mark.parametrize("methods", [[], ["dni", "sgd"]], ids=["none", "unknown"])
-def test_check_methods_refuses_an_empty_or_unknown_list(methods):
-    with pytest.raises(ValueError, match=r"methods must be a non-empty list drawn from backprop, dni; got "):
-        loop.check_methods(methods, ("backprop", "dni"))
-
-
-def test_atomic_write_text_creates_the_folder_and_replaces_the_file(tmp_path):
-    path = tmp_path / "out" / "results.md"
-    loop.atomic_write_text(path, "first\n")
-    loop.atomic_write_text(path, "second\n")
-    assert path.read_text() == "second\n"
-    assert [p.name for p in path.parent.iterdir()] == ["results.md"]
-
-
-def test_an_interrupted_atomic_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
-    path = tmp_path / "histories.json"
-    loop.atomic_write_text(path, json.dumps({"old": True}))
-
-    def failing_replace(src, dst):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(loop.os, "replace", failing_replace)
-    with pytest.raises(KeyboardInterrupt):
-        loop.atomic_write_text(path, json.dumps({"new": True}))
-    assert json.loads(path.read_text()) == {"old": True}
-    assert [p.name for p in tmp_path.iterdir()] == ["histories.json"]
-
-
-def test_checkpoint_path_is_none_without_a_folder_or_a_period(tmp_path):
-    assert loop.checkpoint_path(None, "dni", 5) is None
-    assert loop.checkpoint_path(tmp_path, "dni", None) is None
-    assert loop.checkpoint_path(tmp_path, "dni-depth3", 5) == tmp_path / "checkpoints" / "dni-depth3.npz"
-
-
-SPLIT = (np.zeros((8, 3)), np.zeros((8, 2)), np.zeros((4, 3)), np.zeros((4, 2)))
-
-
-def check_targets(y_train, y_test):
-    sgrad.validation.check_batch(y_train, "y_train")
-    sgrad.validation.check_batch(y_test, "y_test", y_train.shape[1])
-
-
-@pytest.mark.parametrize("data, batch_size, dtype, error, message", [
-    (SPLIT, 9, "float64", ValueError, r"batch_size \(9\) is larger than the training set \(8 examples\)"),
-    (SPLIT[:3], 2, "float64", TypeError, r"data must be a tuple \(x_train, y_train, x_test, y_test\); got tuple of 3"),
-    ((SPLIT[0], SPLIT[1][:7], *SPLIT[2:]), 2, "float64", ValueError,
-     "x_train and y_train must have as many rows; got 8 and 7"),
-    ((np.full((8, 3), 1e39), *SPLIT[1:]), 2, "float32", ValueError,
-     r"x_train holds 1e\+39, beyond the largest float32 \(3.40282e\+38\): cast to float32 it would become inf"),
-    ((SPLIT[0].view(np.matrix), *SPLIT[1:]), 2, "float64", TypeError, r"x_train .* numpy.matrix.*np.asarray\(x_train\)"),
-], ids=["batch-too-large", "three-arrays", "rows-differ", "beyond-float32", "matrix"])
-def test_check_split_refuses_data_that_cannot_be_trained_on(data, batch_size, dtype, error, message):
-    with pytest.raises(error, match=message):
-        loop.check_split(data, batch_size, dtype, check_targets)
-
-
-def test_check_split_takes_float64_data_that_fits_float32():
-    loop.check_split((np.full((8, 3), 3e38), *SPLIT[1:]), 8, "float32", check_targets)
-
-
-def test_check_network_size_counts_parameters_gradients_and_the_update_rules_state():
-    limit = loop.MAX_NETWORK_BYTES
-    # 4 bytes each, as a parameter, a gradient, and Adam's two moments: 16 bytes a parameter; SGD keeps no state.
-    loop.check_network_size(limit // 16, "float32", "adam", "the net")
-    loop.check_network_size(limit // 8, "float32", "sgd", "the net")
-    with pytest.raises(ValueError, match=rf"the net would need {limit + 16:,} bytes \(2.0 GiB\) for its "
-                                         rf"{limit // 16 + 1:,} parameters, their gradients and adam's state, "
-                                         r"more than the 2 GiB that sgrad allows"):
-        loop.check_network_size(limit // 16 + 1, "float32", "adam", "the net")
-
-
-def test_check_out_dir_refuses_a_folder_below_a_file_and_makes_nothing(tmp_path):
-    (tmp_path / "notes.txt").write_text("a file\n")
-    with pytest.raises(ValueError, match=f"out_dir {tmp_path}/notes.txt/out cannot be made: {tmp_path}/notes.txt "
-                                         "is a file, not a folder"):
-        loop.check_out_dir(tmp_path / "notes.txt" / "out")
-    loop.check_out_dir(tmp_path / "new" / "deeper")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
-def test_check_out_dir_refuses_a_folder_it_may_not_write_in(tmp_path):
-    locked = tmp_path / "locked"
-    locked.mkdir(mode=0o500)
-    with pytest.raises(ValueError, match="you may not write in"):
-        loop.check_out_dir(locked / "out")

@@ -1,6 +1,9 @@
 """The Module tree (sgrad/module.py): children and the submodules() walk, train/eval, the batch-size rule,
-and which arrays a module owns (own_parameters, buffers) against what it offers to train (parameters).
+which arrays a module owns (own_parameters, buffers) against what it offers to train (parameters), and the two
+operations on a whole tree: restored_on_error and running_averages_kept.
 """
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -8,6 +11,7 @@ from conftest import assert_same_state, tree_state
 
 from sgrad import DNI, Activation, BatchNorm, DNIBlock, Layer, MLPGenerator, SyntheticLossGenerator, dense_block
 from sgrad.generators import Generator
+from sgrad.module import restored_on_error, running_averages_kept
 
 BATCH = 4
 
@@ -233,3 +237,75 @@ def test_a_decoupled_modules_parameters_leave_out_its_generators(make):
     module = make()
     generator_arrays = {id(p) for p in module.generator.parameters.values()}
     assert module.parameters and not generator_arrays & {id(p) for p in module.parameters.values()}
+
+
+# --- operations on a whole tree ------------------------------------------------------------------------
+
+
+def _trained_dni_block():
+    """A DNIBlock after one step: every cache filled, running statistics off their start, Adam's moments set."""
+    tree = DNIBlock(dense_block(3, 4, update_rule="adam", seed=0), MLPGenerator(4, hidden=(5,), update_rule="adam",
+                                                                                  seed=1))
+    tree.forward_and_synthetic_update(_x(3, seed=1))
+    tree.update_synthetic_weights(_x(4, seed=2))
+    return tree
+
+
+def test_restored_on_error_puts_back_every_attribute_and_buffer_of_the_tree_and_lets_the_error_go_on():
+    tree = _trained_dni_block()
+    before = tree_state(tree)
+    with pytest.raises(RuntimeError, match="stopped on purpose"):
+        with restored_on_error(tree):
+            tree.forward(_x(3, seed=3))  # new caches, and batch norm's running statistics moved in place
+            tree.generator.forward(tree.output)
+            tree.block.modules[0].surprise = True  # an attribute that was not there
+            raise RuntimeError("stopped on purpose")
+    assert_same_state(tree, before)
+
+
+def test_restored_on_error_leaves_a_body_that_did_not_raise_as_it_ended():
+    tree = _trained_dni_block()
+    before = tree_state(tree)
+    with restored_on_error(tree):
+        tree.forward(_x(3, seed=3))
+    after = tree_state(tree)
+    assert any(not np.array_equal(after[path], value) for path, value in before.items()
+               if isinstance(value, np.ndarray) and "running_mean" in path)
+    assert_same_state(tree, after)
+
+
+def test_restored_on_error_puts_back_a_users_object_that_is_not_a_module():
+    generator = UsersGenerator()
+    layer = DNI(3, 4, "tanh", generator=generator, seed=0)
+    with pytest.raises(ValueError):
+        with restored_on_error(layer, generator):
+            generator.output_dim = 5
+            raise ValueError("stopped")
+    assert vars(generator) == {} and generator.output_dim == 4
+
+
+def test_restored_on_error_does_not_undo_a_parameter_already_moved_in_place():
+    """What it promises is the state before the first update: a body must refuse bad input before it steps."""
+    layer = Layer(3, 4, "tanh", seed=0)
+    weights = layer.weights.copy()
+    with pytest.raises(RuntimeError):
+        with restored_on_error(layer):
+            layer.weights -= 1.0
+            raise RuntimeError("after the step")
+    np.testing.assert_array_equal(layer.weights, weights - 1.0)
+
+
+@pytest.mark.parametrize("raises", [False, True], ids=["body-ends", "body-raises"])
+def test_running_averages_kept_puts_back_every_buffer_and_nothing_else(raises):
+    tree = _trained_dni_block()
+    running = {path: value for path, value in tree_state(tree).items() if "running" in path}
+    with pytest.raises(RuntimeError) if raises else contextlib.nullcontext():
+        with running_averages_kept(tree):
+            tree.forward(_x(3, seed=3))
+            tree.generator.forward(tree.output)
+            if raises:
+                raise RuntimeError("stopped")
+    after = tree_state(tree)
+    for path, value in running.items():
+        np.testing.assert_array_equal(after[path], value, err_msg=path)
+    np.testing.assert_array_equal(after["block.modules.0:input"], _x(3, seed=3))  # the caches are the new batch's

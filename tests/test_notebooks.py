@@ -7,6 +7,7 @@ Run one notebook alone with ``pytest tests/test_notebooks.py -k 04``.
 import json
 import os
 import pathlib
+import re
 import time
 
 import pytest
@@ -35,8 +36,21 @@ def execute(path, *, smoke):
     return notebook, time.perf_counter() - start
 
 
-def test_the_course_has_its_eleven_notebooks_in_order():
-    assert [p.stem[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, 12)], [p.name for p in NOTEBOOKS]
+def test_the_course_has_its_twelve_notebooks_in_order():
+    assert [p.stem[:3] for p in NOTEBOOKS] == [f"{i:02d}_" for i in range(1, 13)], [p.name for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_title_is_its_number_and_a_title_in_one_heading(path):
+    # The course's style: the first cell opens with "# NN · Title in sentence case", NN the file's number,
+    # and no other cell has a top-level heading.
+    cells = json.loads(path.read_text())["cells"]
+    first_line = "".join(cells[0]["source"]).splitlines()[0]
+    assert cells[0]["cell_type"] == "markdown" and re.fullmatch(rf"# {path.stem[:2]} · [A-Z`]\S.*", first_line), \
+        f"{path.name} should open with '# {path.stem[:2]} · Title in sentence case'; it opens with {first_line!r}"
+    others = [i for i, cell in enumerate(cells[1:], start=1) if cell["cell_type"] == "markdown"
+              and any(line.startswith("# ") for line in "".join(cell["source"]).splitlines())]
+    assert not others, f"{path.name}: cells {others} hold a second top-level heading; use '##' for sections"
 
 
 @pytest.mark.notebooks
@@ -45,6 +59,11 @@ def test_notebook_runs_top_to_bottom_in_smoke_mode(path):
     notebook, _ = execute(path, smoke=True)
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.execution_count for cell in code_cells)
+    # A figure made with matplotlib's object API (sgrad.plotting) shows as a picture only once the inline backend
+    # is on (`%matplotlib inline`); before that, display(fig) leaves the text "<Figure ...>" alone.
+    as_text = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code" for output in cell.outputs
+               if output.get("data", {}).get("text/plain", "").startswith("<Figure") and "image/png" not in output.data]
+    assert not as_text, f"{path.name}: cells {as_text} show a figure as text, not as a picture"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -82,3 +101,17 @@ def test_notebook_01_last_cell_holds_with_the_default_zero_generator_as_what_to_
                           smoke=True)
     printed = "".join(output.get("text", "") for output in notebook.cells[20].outputs)
     assert "largest |ĝ| = 0.000; largest weight step 0.00e+00" in printed
+
+
+@pytest.mark.notebooks
+def test_notebook_12_runs_on_its_stand_in_when_no_mnist_is_on_the_machine(tmp_path, monkeypatch):
+    # No $SGRAD_DATA_DIR archive and an empty cache: the loader finds nothing, smoke mode does not download,
+    # and the notebook says so and goes on with its printed digits in MNIST's layout.
+    monkeypatch.setenv("SGRAD_DATA_DIR", str(tmp_path / "no-data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    notebook, _ = execute(NOTEBOOK_DIR / "12_from_the_blog_to_the_paper.ipynb", smoke=True)
+    printed = "".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                      for output in cell.outputs)
+    assert "MNIST (mnist.npz) not found." in printed and "Using the stand-in instead." in printed
+    assert "the stand-in: x_train (2000, 784) float32" in printed
+    assert not (tmp_path / "cache" / "sgrad").exists(), "in smoke mode the loader should not try to download"

@@ -94,7 +94,7 @@ def test_the_pipeline_ends_with_the_single_process_weights_bit_for_bit(data, tmp
 
 def delayed_gradients_in_one_process(layers, stages, batches, loss_fn, alpha):
     """Pipelined backprop's definition, step by step in one process: stage k backpropagates batch t - (K-1-k)."""
-    from sgrad.parallel.schedules import running_averages_kept
+    from sgrad.module import running_averages_kept
 
     count = len(stages)
     kept = [{} for _ in stages]  # per stage: batch -> its input
@@ -191,7 +191,7 @@ def test_every_worker_records_its_forward_backward_update_and_waits_for_the_step
     assert {e.worker for e in result.timeline} == {0, 1, 2}
     assert {e.step for e in result.timeline} == {3, 4, 5}
     assert {e.kind for e in result.timeline} <= set(KINDS)
-    assert {"forward", "backward", "update"} <= {e.kind for e in result.timeline if e.worker == 0}
+    assert {"forward", "dni", "update"} <= {e.kind for e in result.timeline if e.worker == 0}
     assert all(e.start <= e.end for e in result.timeline)
 
 
@@ -250,13 +250,14 @@ def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch
     from sgrad.parallel.messages import Inbox, Message
     from sgrad.parallel.schedules import Decoupled
     from sgrad.parallel.timeline import Timeline
-    from sgrad.parallel.worker import BatchOrder, Plan, Worker
+    from sgrad.batches import BatchOrder
+    from sgrad.parallel.worker import Plan, Worker
 
     layers = build_network("cdni", 20, dataclasses.replace(CONFIG, depth=3))
     plan = Plan(schedule="cdni", steps=3, start=0, eval_every=3, save_every=None, staleness=1, timeline=(1, 0),
                 alpha=CONFIG.alpha, loss_fn=summed_cross_entropy, classes=10)
     worker = Worker(0, 2, layers[:1], plan, train=data[:2], test_x=data[2],
-                    batches=BatchOrder(64, 8, batch_rng().bit_generator.state, np.arange(0), 0))
+                    batches=BatchOrder(64, 8, batch_rng()))
     inbox, sent = queue.Queue(), []
     worker.inbox, worker.send, worker.timeline = Inbox(inbox), lambda j, message: sent.append(message), Timeline(0, 1, 0)
     schedule = Decoupled(worker)
@@ -264,10 +265,10 @@ def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch
     schedule.step(2)  # batch 1's target may be a step late: no wait
     generator = layers[0].generator
     reference, running = copy.deepcopy(generator), network_state(generator)
-    h, condition = schedule.kept[0][1]
+    h, condition = schedule.kept[1]
     target = np.random.default_rng(1).standard_normal(h.shape)
     inbox.put(Message("target", 1, target))
-    schedule.regress(0, through=1)
+    schedule.regress_late(through=1, newest=2)
     reference.forward(h, condition)
     reference.update(target, layers[0].generator_alpha)
     for name, value in network_state(reference).items():
@@ -276,7 +277,7 @@ def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch
         else:
             np.testing.assert_array_equal(network_state(generator)[name], value, err_msg=name)
     assert worker.stale_targets == {1: 1}
-    assert sorted(schedule.kept[0]) == [2]  # batch 2's target has not come: its activations are still kept
+    assert sorted(schedule.kept) == [2]  # batch 2's target has not come: its activations are still kept
     assert [m.step for m in sent if m.kind == "activation"] == [1, 2]
 
 

@@ -1,14 +1,33 @@
-"""The schedule simulator on cases whose steady-state time per batch can be worked out by hand."""
+"""The schedule simulator: the operations it runs are the schedules' own, on cases whose steady-state time per batch
+can be worked out by hand."""
 
 import pytest
 
-from sgrad.parallel.simulator import BlockTimes, scaling, simulate, speed, throughput
+from sgrad.parallel.simulator import BlockTimes, programs, scaling, simulate, speed, throughput
 
 BATCH = 256
 
 
 def seconds_per_batch(schedule, blocks, top, workers, transfer=0.0):
     return BATCH / throughput(schedule, blocks, top, workers, transfer=transfer, batch=BATCH)
+
+
+def test_a_simulated_worker_makes_the_operations_of_the_schedules_own_step():
+    """DNI on 2 workers, blocks 0 and 1 on worker 0, block 2 and the top on worker 1: sgrad.parallel.schedules'
+    Decoupled.step, run on costed blocks (consecutive computations add up into one)."""
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0), BlockTimes(10.0, 20.0, 5.0, 30.0, 40.0),
+              BlockTimes(100.0, 200.0, 50.0, 300.0, 400.0)]
+    synthetic_update = [b.generator + b.backward + b.update for b in blocks]  # ĝ, its backward pass, the step
+    low, high = programs("dni", blocks, 0.25, 2, steps=2)
+    assert list(low) == [
+        ("compute", 1.0 + 10.0), ("send", ("activation", 1, 1)),  # the stage forward, h up at once
+        ("compute", synthetic_update[0] + synthetic_update[1] + 4.0), ("done", 1),  # then M_0 onto δ_0 at once
+        ("compute", 11.0), ("send", ("activation", 1, 2)), ("compute", synthetic_update[0]),
+        ("receive", ("target", 0, 1)),  # M_1 waits for batch 1's target from above before it predicts batch 2
+        ("compute", 40.0 + synthetic_update[1] + 4.0), ("done", 2)]
+    assert list(high)[:5] == [
+        ("receive", ("activation", 1, 1)), ("compute", 100.0 + 0.25 + synthetic_update[2]),
+        ("send", ("target", 0, 1)), ("compute", 400.0), ("done", 1)]  # M_2 regresses after δ_1 has gone down
 
 
 @pytest.mark.parametrize("schedule", ["backprop", "pipelined-backprop", "dni"])
@@ -35,11 +54,12 @@ def test_dni_on_k_balanced_workers_is_k_times_faster_when_messages_are_free():
 
 def test_dni_with_slow_messages_shares_each_round_trip_between_two_batches_in_flight():
     # Worker 0 forwards batch t+1 and sends it up before it waits for batch t's target, which needs h_t to go up (τ),
-    # worker 1's block, top, generator regression and prediction and backward pass (c1), and δ_t to come down (τ);
-    # then worker 0 finishes its step (the rest of w0).  That cycle covers two batches.
+    # worker 1's block forward, top, and synthetic update (prediction, backward pass and step) (c1), and δ_t to come
+    # down (τ); worker 1's generator regresses onto the top's target after δ_t has gone.  Then worker 0 finishes its
+    # step (the rest of w0: its generator's regression, then its synthetic update).  That cycle covers two batches.
     low, high = BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0), BlockTimes(0.5, 1.0, 0.25, 1.5, 2.0)
     w0 = 1.0 + 4.0 + 3.0 + 2.0 + 0.5
-    c1 = 0.5 + 0.3 + 2.0 + 1.5 + 1.0
+    c1 = 0.5 + 0.3 + 1.5 + 1.0 + 0.25
     expected = (w0 + c1 + 2 * 100.0) / 2
     assert seconds_per_batch("dni", [low, high], 0.3, 2, transfer=100.0) == pytest.approx(expected)
 

@@ -47,7 +47,7 @@ def compare_in_a_process(tmp_path, threads):
 
 
 def test_backprop_is_bit_identical_on_one_and_two_blas_threads(tmp_path):
-    """The README promises it for backprop and no backprop (and says DNI's rounding depends on the thread count)."""
+    """docs/results/compare.md promises it for backprop and no backprop (DNI's rounding depends on the thread count)."""
     one, two = compare_in_a_process(tmp_path, 1), compare_in_a_process(tmp_path, 2)
     for method in ("backprop", "no-bprop"):
         assert one[method]["step_loss"] == two[method]["step_loss"], method

@@ -21,6 +21,7 @@ import numpy as np
 from data_gen.binary_addition import generate_split
 
 from .. import kernels
+from ..batches import BatchOrder
 from ..checkpoint import fingerprint
 from ..dni import DNI
 from ..layers import Layer
@@ -28,8 +29,10 @@ from ..losses import bce_with_logits, mse
 from ..nonlinearities import NONLINEARITIES
 from ..steps import forward_all, predict, true_gradients
 from ..validation import check_batch, check_choice, check_integer, check_widths
-from .loop import (DECOUPLED, TARGETS, atomic_write_text, check_batch_fits, check_methods, check_network_size,
-                   check_out_dir, check_settings, check_split, checkpoint_path, run_and_report, take_step, train_loop)
+from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .loop import RunName, run_and_report, take_step, train_loop
+from .settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings,
+                       check_split, learning_rates)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -207,15 +210,12 @@ def train(method: str, data: Sequence[np.ndarray], config: TrainConfig | None = 
 
     run = {"trainer": "sgrad.experiments.binary_addition.train", "method": method, "data": fingerprint(*data),
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "epochs"}}
-    rates = {"alpha": config.alpha}
-    if method in DECOUPLED and config.generator_alpha is not None:
-        rates["generator_alpha"] = config.generator_alpha
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1])
     return train_loop(
-        layers, train_step, evaluate, run=run, steps=config.epochs * n_batches, eval_every=n_batches,
-        num_examples=len(x_train), batch_size=config.batch_size,
-        rng=np.random.default_rng(np.random.SeedSequence(config.seed).spawn(2)[1]),
-        history=_new_history(method, n_hidden), name=method, label=f"[{method}]", learning_rates=rates,
-        keep_step_losses=True, checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
+        layers, train_step, evaluate, steps=config.epochs * n_batches, eval_every=n_batches,
+        batches=BatchOrder(len(x_train), config.batch_size, rng), history=_new_history(method, n_hidden),
+        names=RunName(method, f"[{method}]", learning_rates(config, method in DECOUPLED)), run=run,
+        checkpoint=checkpoint, checkpoint_every=checkpoint_every, keep_step_losses=True, progress=progress)
 
 
 def _new_history(method, n_generators):

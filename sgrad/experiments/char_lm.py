@@ -5,7 +5,7 @@ readout gives the logits of the next character, and the loss is the softmax
 cross-entropy of every step.  The training text is cut into ``batch_size``
 contiguous streams (:func:`data_gen.text.stream_rows`); each training step takes
 the next window of T = ``window`` characters of every stream and one
-:func:`~sgrad.steps.tbptt_step` over it, starting from the state the previous
+:func:`~sgrad.tbptt.tbptt_step` over it, starting from the state the previous
 window ended with, so each row reads one continuous text:
 
 - ``bptt``: truncated BPTT.  The gradient stops at every window's end: nothing
@@ -20,16 +20,11 @@ gradient of at most H windows ahead.  Without that cut (``horizon=None``: one
 window per step, ĝ at every boundary, ``sequence_ends=False``) the targets
 bootstrap without end on a continuing text, like a value function without
 discount: once the LSTM carries its cell state along (forget gates near 1),
-nothing bounds them.  Measured on the test's text (T = 2, hidden 32, batch 16,
-alpha 3e-3, generator_alpha 1e-4, seed 0): M's regression loss grew from 0.01 to
-over 1000 within 2000 steps and the model fell back to the unigram's 1.95 bits
-per character.  With the cut it is steadier, not safe: H = 8 diverged the same
-way in a 500-step run where H = 4 did not.  The other bound is the discount:
+nothing bounds them, and M's regression can grow until the model falls back to
+the unigram's bits per character.  The cut makes training steadier, not safe: a
+long horizon can diverge the same way.  The other bound is the discount:
 ``synthetic_scale`` λ < 1 weights each window further away by λ once more, so
-the targets stay a convergent sum.  With ``horizon=None`` and λ = 0.5 (same text
-and settings, generator_alpha 3e-4, 3000 steps, seeds 0, 1, 2) M's loss stayed
-below 0.5 and DNI ended at 0.582, 0.300 and 0.312 bits per character, against
-truncated BPTT's 0.612, 0.402 and 0.449 (λ = 1: 1.741, 1.957 and 1.942).
+the targets stay a convergent sum.
 
 When a stream runs out, every row starts again from its beginning with a zero
 state.  The figure of merit is bits per character on the held-out end of the
@@ -44,13 +39,13 @@ import numpy as np
 
 from data_gen.text import encode, one_hot_ids, split_ids, stream_rows, vocabulary
 
-from ..generators import LinearGenerator
-from ..layers import Layer
+from ..batches import BatchOrder
 from ..losses import softmax_cross_entropy
-from ..recurrent import LSTM
-from ..steps import tbptt_step
+from ..tbptt import tbptt_step
 from ..validation import check_choice, check_integer, check_number
-from .loop import check_settings, train_loop
+from .loop import RunName, train_loop
+from .lstm_model import check_recurrent_settings, lstm_model
+from .settings import check_settings, learning_rates
 
 CHAR_LM_METHODS = ("bptt", "dni")
 LN2 = float(np.log(2.0))
@@ -73,7 +68,7 @@ class CharLMConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the generator's
         update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.steps.tbptt_step`): below 1, a discount per window that bounds M's targets.
+        :func:`~sgrad.tbptt.tbptt_step`): below 1, a discount per window that bounds M's targets.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for both methods).
     """
@@ -94,15 +89,11 @@ class CharLMConfig:
 
     def __post_init__(self) -> None:
         check_settings(self, {
-            "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
-                                            example="0.5"),
-            "steps": check_integer(self.steps, "steps"),
+            **check_recurrent_settings(self, scale_example="0.5"),
             "window": check_integer(self.window, "window (T)"),
             "horizon": None if self.horizon is None else check_integer(self.horizon, "horizon"),
-            "hidden": check_integer(self.hidden, "hidden"),
             "validation_fraction": check_number(self.validation_fraction, "validation_fraction", above=0, below=1,
                                                 example="0.1"),
-            "eval_every": check_integer(self.eval_every, "eval_every"),
         })
 
 
@@ -110,13 +101,7 @@ def build_model(method: str, vocab_size: int, config: CharLMConfig) -> list[Any]
     """``[core, readout]``, plus the boundary generator for ``dni``; the weights depend on the seed, not the method."""
     check_choice(method, "method", CHAR_LM_METHODS)
     vocab_size = check_integer(vocab_size, "vocab_size")
-    core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
-    core = LSTM(vocab_size, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
-    model = [core, Layer(config.hidden, vocab_size, "identity", update_rule=config.update_rule, seed=readout_seed,
-                         dtype=config.dtype)]
-    if method == "dni":
-        model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
-    return model
+    return lstm_model(vocab_size, vocab_size, config, generator=method == "dni")
 
 
 def bits_per_character(model: Sequence[Any], ids: np.ndarray, vocab_size: int, *, rows: int = 8,
@@ -205,12 +190,9 @@ def train_char_lm(method: str, text: str, config: CharLMConfig | None = None, *,
         "train_bpc": [], "valid_bpc": [], "generator_loss": [], "wall_time": 0.0,
         "unigram_bpc": float(-np.log2(frequencies[valid_ids] / frequencies.sum()).mean()),
     }
-    rates = {"alpha": config.alpha}
-    if method == "dni" and config.generator_alpha is not None:
-        rates["generator_alpha"] = config.generator_alpha
+    names = RunName(f"{method} (char LM, T={config.window})",
+                    f"[char-lm, {method}, T={config.window}, seed {config.seed}]", learning_rates(config, method == "dni"))
     # The streams are read in order: the loop's rng orders a one-example "training set" and draws nothing that matters.
-    return train_loop(model, train_step, evaluate, run={}, steps=config.steps, eval_every=config.eval_every,
-                      num_examples=1, batch_size=1, rng=np.random.default_rng(config.seed), history=history,
-                      name=f"{method} (char LM, T={config.window})",
-                      label=f"[char-lm, {method}, T={config.window}, seed {config.seed}]",
-                      learning_rates=rates, progress=progress)
+    return train_loop(model, train_step, evaluate, steps=config.steps, eval_every=config.eval_every,
+                      batches=BatchOrder(1, 1, np.random.default_rng(config.seed)), history=history, names=names,
+                      run={}, progress=progress)

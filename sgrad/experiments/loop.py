@@ -1,7 +1,8 @@
-"""The experiment loop: one resumable training run, and what every experiment shares.
+"""The experiment loop: one resumable training run, the same for every experiment.
 
-An experiment (:mod:`.binary_addition`, :mod:`.mnist`) builds a network and
-two functions of its own, then hands them to :func:`train_loop`:
+An experiment (:mod:`~sgrad.experiments.binary_addition`, :mod:`~sgrad.experiments.mnist`,
+:mod:`~sgrad.experiments.rnn`, :mod:`~sgrad.experiments.char_lm`) builds a network and two functions of
+its own, then hands them to :func:`train_loop`:
 
 - ``train_step(indices, history) -> loss``: one step of its method on the
   training examples ``indices`` (:func:`take_step` knows every method's step);
@@ -11,14 +12,12 @@ two functions of its own, then hands them to :func:`train_loop`:
 
 The loop does the rest, the same way for every experiment:
 
-- batches: each pass over the training set in a new random order drawn from
-  ``rng``; a pass takes ``num_examples // batch_size`` full batches, so every
-  step's gradients have the same scale (the few examples left over are seen
-  in other passes);
+- batches: drawn from a :class:`~sgrad.batches.BatchOrder`, each pass over the
+  training set in a new random order, in full batches;
 - divergence: every step runs with NumPy's overflow, invalid and
   divide-by-zero raising, and a non-finite loss or number stops the run at
-  once with :class:`TrainingDiverged`, which names the method, the step and the
-  learning rates;
+  once with :class:`~sgrad.TrainingDiverged`, which names the run, the step and
+  the learning rates;
 - checkpoints: every ``checkpoint_every`` steps and at the end, the network,
   the batch order and the history are saved (:func:`sgrad.checkpoint.save_run`);
   a later run with the same settings carries on from there, bit for bit;
@@ -26,80 +25,66 @@ The loop does the rest, the same way for every experiment:
   (from reading the checkpoint on) plus, on a resumed run, what the sessions
   before had spent up to the checkpoint it resumed from.
 
-Below the loop, what experiments share besides: :func:`take_step` (which
-step each method takes), the checks made before any work starts
-(:func:`check_settings`, the settings every config has; :func:`check_methods`;
-:func:`check_split`, the data; :func:`check_network_size`, the memory a
-network would need; :func:`check_out_dir`, the results folder),
-:func:`run_and_report` (a comparison carries on past a diverged run),
-:func:`checkpoint_path` and :func:`atomic_write_text` (every results file is
-written whole or not at all).
+:func:`run_and_report` lets a comparison carry on past a run that diverged.  What experiments
+share besides lives in modules of its own: the checks made before any work
+(:mod:`~sgrad.experiments.settings`), the files they write (:mod:`~sgrad.experiments.files`) and the finished cells
+(:mod:`~sgrad.experiments.cells`).
 """
 
+import dataclasses
 import os
-import pathlib
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..checkpoint import atomic_write, resume_run, save_run
-from ..optimizers import UPDATE_RULES, get_update_rule
+from ..batches import BatchOrder
+from ..checkpoint import resume_run, save_run
+from ..divergence import TrainingDiverged
 from ..steps import Loss, backprop_step, dni_step, synthetic_loss_step
-from ..validation import check_batch, check_bool, check_choice, check_fits_dtype, check_integer, check_learning_rate
-
-DTYPES = ("float32", "float64")
-# The methods whose hidden layers learn from generators rather than from the true gradient.
-DECOUPLED = ("dni", "cdni", "synthetic-loss")
-# What a generator regresses onto: bootstrapped targets (the method) or the true gradient (a teaching option).
-TARGETS = ("bootstrap", "true")
-CHECKPOINT_FOLDER = "checkpoints"
-# The most memory that a network's parameters, their gradients and its update rule's state may take.  The
-# largest net the README trains (cDNI at depth 6 with 1024-1024 batch-norm generators, float32, Adam: 8.4
-# million parameters) needs 134 MB; 2 GiB is 16 times that and still leaves room for MNIST (188 MB) on an
-# 8 GB laptop; a network that size (134 million parameters) would take days per pass over MNIST on one core
-# (6 flops per parameter and example at the 90 GFLOP/s that docs/performance measures).
-MAX_NETWORK_BYTES = 2 * 2**30
+from ..validation import check_bool, check_integer
 
 Progress = Callable[[str], None] | None
 
 
-class TrainingDiverged(FloatingPointError):
-    """Training produced a non-finite number; the message names the method, the step and the likely cause.
+@dataclasses.dataclass(frozen=True)
+class RunName:
+    """How the loop's messages name a run.
 
-    ``history`` holds what was recorded up to the step that diverged.
+    name : in a divergence's message, e.g. 'dni (depth 3)'.
+    label : before every progress line, e.g. '[dni, depth 3]'.
+    learning_rates : named as a divergence's likely cause, e.g. ``{'alpha': 0.01}``.
+    unit : what a step is called, e.g. 'iteration'.
     """
 
-    def __init__(self, message: str, history: dict[str, Any]) -> None:
-        super().__init__(message)
-        self.history = history
+    name: str
+    label: str
+    learning_rates: dict[str, float]
+    unit: str = "step"
 
 
 def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], float],
-               evaluate: Callable[[int, list[float], dict], str | None], *, run: dict[str, Any], steps: int,
-               eval_every: int, num_examples: int, batch_size: int, rng: np.random.Generator,
-               history: dict[str, Any], name: str, label: str, learning_rates: dict[str, float], unit: str = "step",
-               keep_step_losses: bool = False, checkpoint: str | os.PathLike[str] | None = None,
-               checkpoint_every: int | None = None, progress: Progress = None) -> dict[str, Any]:
-    """Train ``network`` for ``steps`` steps of ``batch_size`` examples; returns the history.
+               evaluate: Callable[[int, list[float], dict], str | None], *, steps: int, eval_every: int,
+               batches: BatchOrder, history: dict[str, Any], names: RunName, run: dict[str, Any],
+               checkpoint: str | os.PathLike[str] | None = None, checkpoint_every: int | None = None,
+               keep_step_losses: bool = False, progress: Progress = None) -> dict[str, Any]:
+    """Train ``network`` for ``steps`` steps, a batch from ``batches`` each; returns the history.
 
-    run : what identifies the run in a checkpoint (method, settings without the
-        budget, data fingerprint); JSON-ready.
     eval_every : ``evaluate`` runs every this many steps, and once more at the
         end if steps were taken since the last evaluation.
-    rng : draws the batch order (and nothing else).
+    batches : a fresh :class:`~sgrad.batches.BatchOrder`; its rng draws the batch order (and nothing else).
     history : a fresh history (with ``'wall_time': 0.0``), for a run that does not resume.
-    name, label, unit : how messages call the run and its steps: ``'dni (depth 3)'``,
-        ``'[dni, depth 3]'`` (before every progress line), ``'iteration'``.
-    learning_rates : named in the message of a divergence, e.g. ``{'alpha': 0.01}``.
-    keep_step_losses : also keep every step's loss in ``history['step_loss']``.
+    names : how messages name the run (:class:`RunName`).
+    run : what identifies the run in a checkpoint (method, settings without the
+        budget, data fingerprint); JSON-ready.
     checkpoint, checkpoint_every : an .npz path saved every ``checkpoint_every``
         steps (None: only at the end); a checkpoint there of this ``run``, within
         ``steps``, is carried on from.
+    keep_step_losses : also keep every step's loss in ``history['step_loss']``.
     progress : called with one line of status at evaluations and on resuming.
 
-    Raises :class:`TrainingDiverged` if a number turns non-finite; its history
+    Raises :class:`~sgrad.TrainingDiverged` if a number turns non-finite; its history
     then holds ``diverged_at_<unit>``.
     """
     if checkpoint_every is not None:
@@ -108,16 +93,16 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
 
     def say(line):
         if progress is not None:
-            progress(f"{label} {line}")
+            progress(f"{names.label} {line}")
 
     session_start = time.perf_counter()  # reading the checkpoint is part of this session's time
-    saved = resume_run(checkpoint, network, run, budget=steps, rng=rng, progress=say)
-    if saved is None:
-        step, order, position, losses = 0, np.arange(0), 0, []
-    else:
-        history, step, order = saved.metadata["history"], saved.metadata["step"], saved.extra["order"]
-        position, losses = saved.metadata["loop"]["position"], saved.metadata["loop"]["losses"]
-        say(f"resumed from {checkpoint} at {unit} {step} of {steps}")
+    saved = resume_run(checkpoint, network, run, budget=steps, rng=batches.rng, progress=say)
+    step, losses = 0, []
+    if saved is not None:
+        history, step = saved.metadata["history"], saved.metadata["step"]
+        batches.order, batches.position = saved.extra["order"], saved.metadata["loop"]["position"]
+        losses = saved.metadata["loop"]["losses"]
+        say(f"resumed from {checkpoint} at {names.unit} {step} of {steps}")
     # The time before (summed over the sessions up to the checkpoint), then this session's on top.
     start = session_start - history["wall_time"]
 
@@ -132,10 +117,7 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
         with np.errstate(over="raise", invalid="raise", divide="raise"):
             while step < steps:
                 step += 1
-                if position + batch_size > len(order):  # a new pass over the training set, in a new order
-                    order, position = rng.permutation(num_examples), 0
-                loss = train_step(order[position:position + batch_size], history)
-                position += batch_size
+                loss = train_step(batches.next(), history)
                 if not np.isfinite(loss):
                     raise FloatingPointError(f"the loss became {loss}")
                 losses.append(loss)
@@ -145,16 +127,14 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
                     record_evaluation()
                 if checkpoint is not None and (step == steps or (checkpoint_every and step % checkpoint_every == 0)):
                     history["wall_time"] = time.perf_counter() - start
-                    save_run(checkpoint, network, run, step=step, rng=rng, history=history,
-                             loop={"position": position, "losses": losses}, extra={"order": order})
+                    save_run(checkpoint, network, run, step=step, rng=batches.rng, history=history,
+                             loop={"position": batches.position, "losses": losses}, extra={"order": batches.order})
             if losses:  # the budget ended between two evaluations: one more, at the end
                 record_evaluation()
     except FloatingPointError as error:
         history["wall_time"] = time.perf_counter() - start
-        history[f"diverged_at_{unit}"] = step
-        rates = ", ".join(f"{rate}={value}" for rate, value in learning_rates.items())
-        raise TrainingDiverged(f"{name} diverged at {unit} {step}: {error}. The learning rate ({rates}) "
-                               "is the likely cause; try a smaller one.", history) from error
+        history[f"diverged_at_{names.unit}"] = step
+        raise TrainingDiverged.at(names.name, names.unit, step, error, names.learning_rates, history) from error
     history["wall_time"] = time.perf_counter() - start
     return history
 
@@ -194,114 +174,3 @@ def run_and_report(train: Callable[[], dict[str, Any]], label: str, progress: Pr
     if progress is not None:
         progress(f"{label} done in {history['wall_time']:.1f} s")
     return history
-
-
-def check_settings(config: Any, own: dict[str, Any]) -> None:
-    """Check the settings every experiment's config has, and store them with its ``own`` checked ones on ``config``.
-
-    Every experiment has batch_size, update_rule, alpha, generator_alpha, dtype
-    and seed.  ``config`` is a frozen dataclass; it gets plain Python ints,
-    floats and tuples, because it goes into JSON (checkpoints, results).
-    """
-    shared = {
-        "batch_size": check_integer(config.batch_size, "batch_size"),
-        "update_rule": check_choice(config.update_rule, "update rule", UPDATE_RULES),
-        "alpha": check_learning_rate(config.alpha, "alpha"),
-        "generator_alpha": (None if config.generator_alpha is None
-                            else check_learning_rate(config.generator_alpha, "generator_alpha")),
-        "dtype": check_choice(config.dtype, "dtype", DTYPES),
-        "seed": check_integer(config.seed, "seed", minimum=0),
-    }
-    for field, value in {**own, **shared}.items():
-        object.__setattr__(config, field, value)
-
-
-def check_split(data: Sequence[np.ndarray], batch_size: int, dtype: str,
-                check_targets: Callable[[Any, Any], None]) -> None:
-    """Check ``data = (x_train, y_train, x_test, y_test)`` before training on it in ``dtype``.
-
-    x arrays: finite floats (n, features), as many features in both, each
-    value within ``dtype``'s range; ``check_targets(y_train, y_test)`` checks
-    the experiment's own targets; every y has a row per row of its x; the
-    training set holds at least ``batch_size`` examples.
-    """
-    if not isinstance(data, (tuple, list)) or len(data) != 4:
-        raise TypeError(f"data must be a tuple (x_train, y_train, x_test, y_test); got {type(data).__name__}"
-                        + (f" of {len(data)} items" if isinstance(data, (tuple, list)) else ""))
-    x_train, y_train, x_test, y_test = data
-    check_batch(x_train, "x_train")
-    check_batch(x_test, "x_test", x_train.shape[1], width_name="the width of x_train")
-    check_targets(y_train, y_test)
-    for x_name, x, y_name, y in (("x_train", x_train, "y_train", y_train), ("x_test", x_test, "y_test", y_test)):
-        if len(x) != len(y):
-            raise ValueError(f"{x_name} and {y_name} must have as many rows; got {len(x)} and {len(y)}")
-        check_fits_dtype(x, x_name, dtype)
-    check_batch_fits(batch_size, len(x_train))
-
-
-def check_batch_fits(batch_size: int, examples: int) -> None:
-    """Refuse a ``batch_size`` larger than the training set's ``examples``: no full batch could be drawn."""
-    if examples < batch_size:
-        raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({examples} examples); "
-                         "use a smaller batch_size or more training examples")
-
-
-def check_network_size(parameters: int, dtype: str, update_rule: str, what: str) -> None:
-    """Refuse, before it is built, a network whose arrays would take more than :data:`MAX_NETWORK_BYTES`.
-
-    parameters : how many numbers the network learns.  Each takes ``dtype``'s
-    bytes, once as a parameter, once as a gradient and once per array of the
-    update rule's state (two for Adam).  ``what`` names the network in the message.
-    """
-    state = get_update_rule(update_rule).init_state(np.zeros(1))
-    arrays = 2 + sum(np.shape(value) == (1,) for value in state.values())
-    needed = parameters * arrays * np.dtype(dtype).itemsize
-    if needed > MAX_NETWORK_BYTES:
-        raise ValueError(f"{what} would need {needed:,} bytes ({needed / 2**30:,.1f} GiB) for its {parameters:,} "
-                         f"parameters, their gradients and {update_rule}'s state, more than the "
-                         f"{MAX_NETWORK_BYTES / 2**30:g} GiB that sgrad allows "
-                         "(sgrad.experiments.loop.MAX_NETWORK_BYTES); use smaller widths")
-
-
-def check_out_dir(out_dir: str | os.PathLike[str] | None, name: str = "out_dir") -> None:
-    """Check, before any work, that the results folder ``out_dir`` can be made and written to (None: no folder).
-
-    Nothing is created here: the folder is made when the first file is written.
-    """
-    if out_dir is None:
-        return
-    if not isinstance(out_dir, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a folder's path (str or pathlib.Path); got {type(out_dir).__name__}")
-    path = existing = pathlib.Path(out_dir)
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ValueError(f"{name} {path} cannot be made: {existing} is a file, not a folder; choose another folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ValueError(f"{name} {path} cannot be made: you may not write in {existing}; "
-                         "choose a folder you can write to")
-
-
-def check_methods(methods: str | Sequence[str], known: Sequence[str]) -> list[str]:
-    """``methods`` as a list: one name, or a non-empty sequence of names, each one of ``known``."""
-    methods = [methods] if isinstance(methods, str) else list(methods)
-    if not methods or any(method not in known for method in methods):
-        raise ValueError(f"methods must be a non-empty list drawn from {', '.join(known)}; got {methods!r}")
-    return methods
-
-
-def checkpoint_path(out_dir: str | os.PathLike[str] | None, run_name: str,
-                    checkpoint_every: int | None) -> pathlib.Path | None:
-    """Where a run of an experiment writing to ``out_dir`` keeps its checkpoint (None: it keeps none)."""
-    if out_dir is None or checkpoint_every is None:
-        return None
-    return pathlib.Path(out_dir) / CHECKPOINT_FOLDER / f"{run_name}.npz"
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` (creating its folder): an interrupted write leaves the old file whole.
-
-    As a checkpoint is written (:func:`sgrad.checkpoint.atomic_write`): to a
-    temporary file beside ``path``, which is then renamed over it.
-    """
-    atomic_write(path, lambda file: file.write(text.encode("utf-8")))

@@ -35,15 +35,20 @@ import numpy as np
 
 from data_gen.checks import check_integers
 
+from ..batches import BatchOrder
 from ..blocks import dense_block
-from ..checkpoint import fingerprint, made_by
+from ..checkpoint import fingerprint
 from ..dni import DNIBlock
+from ..evaluation import accuracy
 from ..generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from ..layers import Layer
 from ..losses import softmax_cross_entropy
 from ..validation import check_array_type, check_bool, check_choice, check_integer, check_widths
-from .loop import (DECOUPLED, atomic_write_text, check_batch_fits, check_methods, check_network_size, check_out_dir,
-                   check_settings, check_split, checkpoint_path, run_and_report, take_step, train_loop)
+from .cells import CellCache
+from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .loop import RunName, run_and_report, take_step, train_loop
+from .settings import (DECOUPLED, check_batch_fits, check_methods, check_network_size, check_settings, check_split,
+                       learning_rates)
 from .mnist_cnn import build_cnn, cnn_parameter_count, image_side
 
 PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss")
@@ -199,12 +204,7 @@ def _generator(method, width, config, rng, dtype):
 
     The synthetic loss's ℓ̂ = M(h, c) sees the label, and starts at ln 10 (the loss
     of a uniform guess).  Without the label, ℓ̂ can only learn E[ℓ | h], whose
-    gradient does not depend on which class this example is.  Both choices help:
-    on 10,000 MNIST images at a reduced budget (SyntheticLossGenerator's docstring),
-    h alone from ln 2: 19.6%; h alone from ln 10: 63.5%; (h, c) from ln 2: 78.5%;
-    (h, c) from ln 10: 86.0%.  In the paper's setting after 2,000 iterations
-    (generators of 256-256) the two started at ln 10 were level: 56.0% from h
-    alone, 53.1% from (h, c), against 65.0% for no backprop.
+    gradient does not depend on which class this example is.
     """
     condition_dim = NUM_CLASSES if method in CONDITIONED else 0
     hidden = config.generator_hidden if config.generator == "mlp" else ()
@@ -230,26 +230,6 @@ def summed_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.n
     section has the measurement).
     """
     return softmax_cross_entropy(logits, y, reduction="sum")
-
-
-def accuracy(layers: Sequence[Any], x: np.ndarray, labels: np.ndarray, batch: int = 2000) -> float:
-    """Fraction of rows whose largest logit is the label, in evaluation mode (running batch-norm statistics).
-
-    x: (n, features); labels: integer classes (n,).  The layers are back in training mode afterwards.
-    """
-    for layer in layers:
-        layer.eval()
-    try:
-        correct = 0
-        for i in range(0, len(x), batch):
-            h = x[i:i + batch]
-            for layer in layers:
-                h = layer.predict(h)
-            correct += int(np.sum(h.argmax(axis=1) == labels[i:i + batch]))
-    finally:
-        for layer in layers:
-            layer.train()
-    return correct / len(x)
 
 
 def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | None = None, *,
@@ -298,17 +278,14 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
 
     run = {"trainer": "sgrad.experiments.mnist.train_paper", "method": method, "data": fingerprint(*data),
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "iterations"}}
-    rates = {"alpha": config.alpha}
-    if method in DECOUPLED and config.generator_alpha is not None:
-        rates["generator_alpha"] = config.generator_alpha
     history = {"method": method, "depth": config.depth, "iteration": [], "test_accuracy": [], "train_loss": [],
                "wall_time": 0.0}
-    return train_loop(
-        layers, train_step, evaluate, run=run, steps=config.iterations, eval_every=config.eval_every,
-        num_examples=len(x_train), batch_size=config.batch_size,
-        rng=np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2]), history=history,
-        name=f"{method} (depth {config.depth})", label=f"[{method}, depth {config.depth}]", unit="iteration",
-        learning_rates=rates, checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
+    names = RunName(f"{method} (depth {config.depth})", f"[{method}, depth {config.depth}]",
+                    learning_rates(config, method in DECOUPLED), unit="iteration")
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
+    return train_loop(layers, train_step, evaluate, steps=config.iterations, eval_every=config.eval_every,
+                      batches=BatchOrder(len(x_train), config.batch_size, rng), history=history, names=names, run=run,
+                      checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
 
 
 def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER_METHODS, depths: Sequence[int] = (3,),
@@ -337,23 +314,21 @@ def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER
     # A cached cell is reused only for the same settings and the same data.
     data_tag = {"train_examples": len(data[0]), "test_examples": len(data[2]),
                 "labels_sha256": hashlib.sha256(np.ascontiguousarray(data[1]).tobytes()).hexdigest()}
-    results = {}
+    cells, results = CellCache(out_dir, progress), {}
     for cell_config in configs:
         depth = cell_config.depth
         for method in methods:
-            label = f"[{method}, depth {depth}]"
-            cached = _load_cell(out_dir, method, cell_config, data_tag, progress, label)
+            label, name = f"[{method}, depth {depth}]", _cell_name(method, cell_config)
+            settings = {"method": method, "config": _relevant(method, dataclasses.asdict(cell_config)), "data": data_tag}
+            cached = cells.load(name, settings, label)
             if cached is not None:
-                if progress is not None:
-                    progress(f"{label} loaded from {out_dir}")
-                results[(method, depth)] = cached
+                results[(method, depth)] = cached["history"]
                 continue
             run = functools.partial(train_paper, method, data, cell_config, progress=progress,
-                                    checkpoint=checkpoint_path(out_dir, _cell_name(method, cell_config),
-                                                               checkpoint_every),
+                                    checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
                                     checkpoint_every=checkpoint_every)
             results[(method, depth)] = run_and_report(run, label, progress)
-            _save_cell(out_dir, method, cell_config, data_tag, results[(method, depth)])
+            cells.save(name, settings, history=results[(method, depth)])
     if out_dir is not None:
         write_grid(results, out_dir, config)
     return results
@@ -402,29 +377,6 @@ def _cell_name(method, config):
     return f"{method}-{config.arch}-depth{config.depth}" if config.arch != "mlp" else f"{method}-depth{config.depth}"
 
 
-def _cell_path(out_dir, method, config):
-    return pathlib.Path(out_dir) / "cells" / f"{_cell_name(method, config)}.json"
-
-
-def _load_cell(out_dir, method, config, data_tag, progress, label):
-    """The cached cell's history if it was made by this code, with these settings and data; else None."""
-    if out_dir is None:
-        return None
-    path = _cell_path(out_dir, method, config)
-    if not path.exists():
-        return None
-    record = json.loads(path.read_text())
-    wanted = json.loads(json.dumps(dataclasses.asdict(config)))
-    if _relevant(method, record.get("config") or {}) != _relevant(method, wanted) or record.get("data") != data_tag:
-        return None  # made with other settings or other data: train again
-    if record.get("code") != made_by():
-        if progress is not None:
-            progress(f"{label} not reusing {path}: it was made by other code (another sgrad version or source); "
-                     "training again")
-        return None
-    return record["history"]
-
-
 def _relevant(method, settings):
     """The settings a cell depends on: backprop and no-bprop have no generators, so theirs don't count.
 
@@ -435,11 +387,3 @@ def _relevant(method, settings):
     if method not in DECOUPLED:
         return {k: v for k, v in settings.items() if not k.startswith("generator")}
     return settings
-
-
-def _save_cell(out_dir, method, config, data_tag, history):
-    if out_dir is None:
-        return
-    atomic_write_text(_cell_path(out_dir, method, config), json.dumps(
-        {"method": method, "config": dataclasses.asdict(config), "data": data_tag, "code": made_by(),
-         "history": history}))

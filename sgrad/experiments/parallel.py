@@ -27,13 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import fingerprint, made_by
+from ..checkpoint import fingerprint
+from ..divergence import TrainingDiverged
 from ..parallel.local import LocalEngine
 from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, train_parallel
 from ..parallel.ray_engine import RayEngine, ray_session
 from ..parallel.timeline import Event
 from ..validation import check_integer, check_number
-from .loop import TrainingDiverged, atomic_write_text, check_methods, checkpoint_path
+from .cells import CellCache
+from .files import atomic_write_text, checkpoint_path
+from .settings import check_methods
 from .mnist import PaperConfig, build_network, check_grid, summed_cross_entropy
 
 ENGINES = ("local", "ray")
@@ -130,15 +133,15 @@ def compare_parallel(data: Sequence[np.ndarray], *, schedules: Sequence[str] = S
 
 def _every_run(data, schedules, workers, config, staleness, engine, out_dir, checkpoint_every, settings, progress):
     """``{(schedule, workers): ParallelRun}``, each loaded from ``out_dir`` if it finished there, else trained."""
-    results: dict[Run, ParallelRun] = {}
+    cells, results = CellCache(out_dir, progress), {}
     for schedule in schedules:
         for count in workers:
             name = f"{schedule}-{count}"
-            cached = _load_cell(out_dir, name, settings)
+            cached = cells.load(name, settings, f"[{schedule}, {count} workers]")
             if cached is not None:
-                if progress is not None:
-                    progress(f"[{schedule}, {count} workers] loaded from {out_dir}")
-                results[(schedule, count)] = cached
+                results[(schedule, count)] = ParallelRun(
+                    cached["history"], [Event(**e) for e in cached["timeline"]],
+                    {int(k): v for k, v in cached["stale_targets"].items()})
                 continue
             try:
                 results[(schedule, count)] = train_schedule(
@@ -150,7 +153,9 @@ def _every_run(data, schedules, workers, config, staleness, engine, out_dir, che
                 if progress is not None:
                     progress(f"[{schedule}, {count} workers] {error}")
                 results[(schedule, count)] = ParallelRun(dict(error.history, diverged=str(error)), [], {})
-            _save_cell(out_dir, name, settings, results[(schedule, count)])
+            run = results[(schedule, count)]
+            cells.save(name, settings, history=run.history, timeline=[e._asdict() for e in run.timeline],
+                       stale_targets=run.stale_targets)
     return results
 
 
@@ -203,25 +208,3 @@ def write_results(results: Mapping[Run, ParallelRun], out_dir: str | os.PathLike
         plot_timeline(panels, out / "timeline.png")
     plot_accuracy_against_time({f"{s}, {k} workers": r.history for (s, k), r in results.items()},
                                out / "accuracy_time.png")
-
-
-def _cell_path(out_dir, name):
-    return pathlib.Path(out_dir) / "cells" / f"{name}.json"
-
-
-def _load_cell(out_dir, name, settings):
-    """The finished run kept in ``out_dir`` if this code made it with these settings and data; else None."""
-    if out_dir is None or not _cell_path(out_dir, name).exists():
-        return None
-    record = json.loads(_cell_path(out_dir, name).read_text())
-    if record.get("settings") != json.loads(json.dumps(settings)) or record.get("code") != made_by():
-        return None
-    return ParallelRun(record["history"], [Event(**e) for e in record["timeline"]],
-                       {int(k): v for k, v in record["stale_targets"].items()})
-
-
-def _save_cell(out_dir, name, settings, result):
-    if out_dir is not None:
-        atomic_write_text(_cell_path(out_dir, name), json.dumps({
-            "settings": settings, "code": made_by(), "history": result.history,
-            "timeline": [e._asdict() for e in result.timeline], "stale_targets": result.stale_targets}))

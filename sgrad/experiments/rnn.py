@@ -3,7 +3,7 @@
 An LSTM core reads a sequence (:mod:`data_gen.copy_task`), a linear readout
 gives the logits of every step's output bits, and the loss is the sigmoid
 cross-entropy of the scored steps.  Training cuts each sequence into windows of
-T steps (:func:`sgrad.steps.tbptt_step`):
+T steps (:func:`sgrad.tbptt.tbptt_step`):
 
 - ``bptt``: truncated BPTT.  The gradient stops at every window's end, so
   nothing teaches the core to keep a vector for longer than a window: the
@@ -36,15 +36,16 @@ import numpy as np
 
 from data_gen.copy_task import PAPER_THRESHOLD, Curriculum, bits_error, copy_batch, repeat_copy_batch
 
-from ..checkpoint import made_by
-from ..generators import LinearGenerator
-from ..layers import Layer
+from ..batches import BatchOrder
+from ..boundary_targets import ONE_WINDOW, BoundaryTargets, NWindows, Untruncated
 from ..losses import bce_with_logits
-from ..recurrent import LSTM
-from ..steps import tbptt_step
+from ..tbptt import tbptt_step
 from ..validation import check_choice, check_integer, check_number
-from .loop import TARGETS, atomic_write_text, check_methods, check_out_dir, check_settings, checkpoint_path, \
-    run_and_report, train_loop
+from .cells import CellCache
+from .files import atomic_write_text, check_out_dir, checkpoint_path
+from .loop import RunName, run_and_report, train_loop
+from .lstm_model import check_recurrent_settings, lstm_model
+from .settings import TARGETS, check_methods, check_settings, learning_rates
 
 TASKS = ("copy", "repeat-copy")
 RNN_METHODS = ("bptt", "dni")
@@ -64,13 +65,13 @@ class RnnConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the
         generator's update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.steps.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
+        :func:`~sgrad.tbptt.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
     generator_targets : what the DNI generator regresses onto: 'bootstrap' (the default, the method) or
         'true' (a teaching option: the untruncated gradient of the rest of the sequence at each boundary,
-        ``tbptt_step(..., true_targets=True)``; it backpropagates through every later step, so it shows how far
+        ``tbptt_step(..., targets=Untruncated())``; it backpropagates through every later step, so it shows how far
         a generator fed the future's exact gradient would carry the core, not a method that saves anything).
     target_windows : n, the windows a DNI generator's bootstrapped target spans (``tbptt_step(...,
-        target_windows=n)``): 1 (the default) is the method; n > 1 (a teaching option between 'bootstrap' and
+        targets=NWindows(n))``): 1 (the default) is the method; n > 1 (a teaching option between 'bootstrap' and
         'true') backpropagates the loss of n windows, then bootstraps with ĝ at their end, as n-step returns do
         in temporal-difference learning.  Only with generator_targets='bootstrap'.
     dtype : 'float32' or 'float64'.
@@ -95,16 +96,12 @@ class RnnConfig:
 
     def __post_init__(self) -> None:
         check_settings(self, {
-            "synthetic_scale": check_number(self.synthetic_scale, "synthetic_scale", above=0, at_most=1,
-                                            example="0.1"),
+            **check_recurrent_settings(self, scale_example="0.1"),
             "generator_targets": check_choice(self.generator_targets, "generator_targets", TARGETS),
             "target_windows": check_integer(self.target_windows, "target_windows"),
-            "steps": check_integer(self.steps, "steps"),
-            "hidden": check_integer(self.hidden, "hidden"),
             "bits": check_integer(self.bits, "bits"),
             "max_repeats": check_integer(self.max_repeats, "max_repeats"),
             "threshold": check_number(self.threshold, "threshold", above=0, example="0.15"),
-            "eval_every": check_integer(self.eval_every, "eval_every"),
         })
         if self.generator_targets == "true" and self.target_windows != 1:
             raise ValueError(f"generator_targets='true' backpropagates through every later step already; "
@@ -132,13 +129,7 @@ def build_model(task: str, method: str, config: RnnConfig) -> list[Any]:
     """``[core, readout]``, plus the boundary generator for ``dni``; the weights depend on the seed, not the method."""
     check_choice(method, "method", RNN_METHODS)
     input_dim, output_dim = sizes(task, config)
-    core_seed, readout_seed = np.random.SeedSequence(config.seed).spawn(2)
-    core = LSTM(input_dim, config.hidden, update_rule=config.update_rule, seed=core_seed, dtype=config.dtype)
-    model = [core, Layer(config.hidden, output_dim, "identity", update_rule=config.update_rule, seed=readout_seed,
-                         dtype=config.dtype)]
-    if method == "dni":
-        model.append(LinearGenerator(core.state_dim, update_rule=config.update_rule, dtype=config.dtype))
-    return model
+    return lstm_model(input_dim, output_dim, config, generator=method == "dni")
 
 
 def evaluate_error(model: Sequence[Any], x: np.ndarray, y: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -155,7 +146,7 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     """Train ``method`` on ``task`` with windows of T = ``window`` steps under the curriculum; returns the history.
 
     Each step draws a batch of sequences of the curriculum's current N and
-    takes one :func:`~sgrad.steps.tbptt_step` over it (T is cut to the sequence's
+    takes one :func:`~sgrad.tbptt.tbptt_step` over it (T is cut to the sequence's
     length when a sequence is shorter: full BPTT then).  Every ``eval_every``
     steps a fresh batch is measured and the curriculum told.  The history holds
     ``step``, ``length`` (the N measured) and ``error`` (mean bits per sequence)
@@ -173,6 +164,11 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     model = build_model(task, method, config)
     core, readout = model[0], model[1]
     generator = model[2] if method == "dni" else None
+    targets: BoundaryTargets = ONE_WINDOW
+    if generator is not None and config.generator_targets == "true":
+        targets = Untruncated()
+    elif generator is not None and config.target_windows > 1:
+        targets = NWindows(config.target_windows)
     # The loop's rng draws the sequences; a generated task has no training set for it to order, so the loop
     # is told of one example, taken once per step (its one-element "pass" draws nothing that matters).
     rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
@@ -181,9 +177,7 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
         x, y, mask = draw_batch(task, history["curriculum"]["length"], config, rng)
         loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
                                 generator=generator, generator_alpha=config.generator_alpha, mask=mask,
-                                synthetic_scale=config.synthetic_scale,
-                                true_targets=generator is not None and config.generator_targets == "true",
-                                target_windows=config.target_windows if generator is not None else 1)
+                                synthetic_scale=config.synthetic_scale, targets=targets)
         return loss
 
     def evaluate(step, losses, history):
@@ -202,17 +196,14 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
 
     run = {"trainer": "sgrad.experiments.rnn.train_cell", "task": task, "method": method, "window": window,
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "steps"}}
-    rates = {"alpha": config.alpha}
-    if method == "dni" and config.generator_alpha is not None:
-        rates["generator_alpha"] = config.generator_alpha
     history = {"task": task, "method": method, "window": window, "seed": config.seed, "step": [], "length": [],
                "error": [], "train_loss": [], "solved": 0, "solved_at": [],
                "curriculum": Curriculum(threshold=config.threshold).state(), "wall_time": 0.0}
-    label = f"[{task}, {method}, T={window}, seed {config.seed}]"
-    return train_loop(model, train_step, evaluate, run=run, steps=config.steps, eval_every=config.eval_every,
-                      num_examples=1, batch_size=1, rng=rng, history=history, name=f"{method} ({task}, T={window})",
-                      label=label, learning_rates=rates, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                      progress=progress)
+    names = RunName(f"{method} ({task}, T={window})", f"[{task}, {method}, T={window}, seed {config.seed}]",
+                    learning_rates(config, method == "dni"))
+    return train_loop(model, train_step, evaluate, steps=config.steps, eval_every=config.eval_every,
+                      batches=BatchOrder(1, 1, rng), history=history, names=names, run=run, checkpoint=checkpoint,
+                      checkpoint_every=checkpoint_every, progress=progress)
 
 
 def check_grid(tasks: Sequence[str], methods: Sequence[str], windows: Sequence[int], seeds: Sequence[int],
@@ -255,19 +246,18 @@ def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHO
     config = RnnConfig() if config is None else config
     tasks, methods, windows, seeds = check_grid(tasks, methods, windows, seeds, config,
                                                 checkpoint_every=checkpoint_every, out_dir=out_dir)
-    results = {}
+    cells, results = CellCache(out_dir, progress), {}
     for task in tasks:
         for window in windows:
             for seed in seeds:
                 cell_config = dataclasses.replace(config, seed=seed)
+                settings = {"config": dataclasses.asdict(cell_config)}
                 for method in methods:
                     name = f"{task}-{method}-T{window}-seed{seed}"
                     label = f"[{task}, {method}, T={window}, seed {seed}]"
-                    cached = _load_cell(out_dir, name, cell_config, progress, label)
+                    cached = cells.load(name, settings, label)
                     if cached is not None:
-                        if progress is not None:
-                            progress(f"{label} loaded from {out_dir}")
-                        results[(task, method, window, seed)] = cached
+                        results[(task, method, window, seed)] = cached["history"]
                         continue
                     run = functools.partial(train_cell, task, method, window, cell_config, progress=progress,
                                             checkpoint=checkpoint_path(out_dir, name, checkpoint_every),
@@ -276,7 +266,7 @@ def run_grid(*, tasks: Sequence[str] = TASKS, methods: Sequence[str] = RNN_METHO
                     if progress is not None:
                         progress(f"{label} largest N solved: {history['solved']}")
                     results[(task, method, window, seed)] = history
-                    _save_cell(out_dir, name, cell_config, history)
+                    cells.save(name, settings, history=history)
     if out_dir is not None:
         write_grid(results, out_dir, config)
     return results
@@ -324,37 +314,3 @@ def write_grid(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]], o
          "cells": [dict(h, task=t, method=m, window=w, seed=s) for (t, m, w, s), h in results.items()]}))
     plot_copy_lengths(results, out / "copy_length.png")
     plot_curricula(results, out / "curriculum.png")
-
-
-def _cell_path(out_dir, name):
-    return pathlib.Path(out_dir) / "cells" / f"{name}.json"
-
-
-def _relevant(config):
-    """The settings a cell depends on, as JSON would give them back."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
-
-
-def _load_cell(out_dir, name, config, progress, label):
-    """The cached cell's history if it was made by this code with these settings; else None."""
-    if out_dir is None:
-        return None
-    path = _cell_path(out_dir, name)
-    if not path.exists():
-        return None
-    record = json.loads(path.read_text())
-    if record.get("config") != _relevant(config):
-        return None  # made with other settings: train again
-    if record.get("code") != made_by():
-        if progress is not None:
-            progress(f"{label} not reusing {path}: it was made by other code (another sgrad version or source); "
-                     "training again")
-        return None
-    return record["history"]
-
-
-def _save_cell(out_dir, name, config, history):
-    if out_dir is None:
-        return
-    atomic_write_text(_cell_path(out_dir, name), json.dumps(
-        {"config": dataclasses.asdict(config), "code": made_by(), "history": history}))

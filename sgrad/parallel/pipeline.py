@@ -16,14 +16,15 @@ from typing import Any
 
 import numpy as np
 
+from ..batches import BatchOrder
 from ..checkpoint import load_network_state, resume_run, save_run
-from ..experiments.loop import TrainingDiverged
+from ..divergence import TrainingDiverged
 from ..validation import check_batch, check_choice, check_integer, check_learning_rate
 from .engines import Engine, describe, failure
 from .local import LocalEngine
 from .schedules import SCHEDULES
 from .timeline import Event
-from .worker import BatchOrder, Plan, Worker, split_layers
+from .worker import Plan, Worker, split_layers
 
 SCHEDULE_NAMES = tuple(SCHEDULES)
 REPORT_TIMEOUT = 0.5  # seconds the driver waits for a report before it looks at the workers again
@@ -108,8 +109,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
         say(f"resumed from {checkpoint} at iteration {plan.start} of {plan.steps}")
     start = session_start - history["wall_time"]
     stages = split_layers(len(layers), workers)
-    team = _workers(layers, stages, plan, data, BatchOrder(len(x_train), batch_size, rng.bit_generator.state, order,
-                                                           position), losses)
+    team = _workers(layers, stages, plan, data, BatchOrder(len(x_train), batch_size, rng, order, position), losses)
 
     engine = LocalEngine() if engine is None else engine
     events: list[Event] = []
@@ -145,9 +145,8 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                 error = report.payload
                 if error["type"] == "FloatingPointError":
                     history["diverged_at_iteration"] = error["step"]
-                    raise TrainingDiverged(f"{label} diverged at iteration {error['step']} in {describe(worker)}: "
-                                           f"{error['message']}. The learning rate (alpha={alpha}) is the likely "
-                                           "cause; try a smaller one.", history)
+                    raise TrainingDiverged.at(label, "iteration", error["step"], error["message"], {"alpha": alpha},
+                                              history, where=f" in {describe(worker)}")
                 raise failure(worker, error)
             elif report.kind == "done":
                 done += 1

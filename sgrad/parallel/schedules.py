@@ -25,51 +25,44 @@ with convergence guarantee")
     has no pipeline bubble, so it is the stronger rival for DNI's throughput.  Its price: one more
     forward pass per step below the top, and gradients up to K - 1 steps stale.
 
-``dni`` and ``cdni``, unlocked
-    forward h_k = f_k(h_{k-1}) and send it up at once; let each generator M_j of the stage regress
-    onto the targets δ_j that have come (it waits only for those more than ``staleness`` batches
-    old); predict ĝ_j = M_j(h_j, c) (cDNI: c = the labels); backpropagate ĝ_j through the block
-    (δ_{j-1}, with the weights before the step) and descend on it at once; send the bottom
-    block's δ down as the target of the generator below.  A target comes back when the worker
-    above has done the same with the batch; the generator regresses onto it with the
-    activations it kept for that batch.  Staleness s of a target: how many later batches the
-    generator has predicted for before regressing onto it, at most ``staleness`` (a worker's
-    inner blocks and the top stage's last block get theirs at once: s = 0).
-    With ``staleness=0`` M_j has regressed onto batch t-1's target before it predicts batch t's
-    ĝ, as in :func:`sgrad.steps.dni_step`, and the run is that step's, bit for bit; it is
-    unlocked all the same, since h_k goes up before any of it and the worker above sends δ back
-    while this one forwards the next batch.  With ``staleness >= 1`` a worker goes on without a
-    late target, and regresses onto it when it comes after running the generator once more on
-    the kept (h_j, c) (another forward pass, batch norm's running averages put back); which
-    targets come late depends on the machine's timing, so such runs differ from one another.
+``dni`` and ``cdni``, unlocked (the DNI step of :mod:`sgrad.dni`, in its two halves)
+    forward h_k = f_k(h_{k-1}) through the stage and send it up at once; then, block by block, the
+    step's second half, :meth:`~sgrad.dni.DNIBlock.synthetic_update`: predict ĝ_j = M_j(h_j, c)
+    (cDNI: c = the labels), backpropagate it through the block (δ_{j-1}, with the weights before
+    the step) and descend on it at once.  The bottom block's δ goes down as the target of the
+    generator below; every other δ_{j-1} is the target of M_{j-1} in the same worker, which
+    regresses onto it at once (``update_synthetic_weights``), as M_n of the top stage's last block
+    does onto dL/dh_n from the top layer.  The stage's last block below the top gets its targets
+    from the worker above: it keeps (h_n, c) of each batch until its target comes, and before it
+    predicts batch t its generator regresses onto the targets that have come, waiting only for
+    those more than ``staleness`` batches old.  Staleness s of a target: how many later batches
+    the generator has predicted for before regressing onto it, at most ``staleness`` (0 for every
+    target made inside a worker).  A late target is regressed onto after the generator has run
+    once more on the kept (h_n, c) (another forward pass, batch norm's running averages put back).
+    With ``staleness=0`` every M_j has regressed onto batch t-1's target before it predicts batch
+    t's ĝ, as in :func:`sgrad.steps.dni_step`, and the run is that step's, bit for bit; it is
+    unlocked all the same, since h goes up before any of it and the worker above sends δ back
+    while this one forwards the next batch.  With ``staleness >= 1`` which targets come late
+    depends on the machine's timing, so such runs differ from one another.
 
 ``flush(t)`` lets what is in flight land (delayed gradients, late targets) before a checkpoint
 and at the end, so that the state a worker reports is whole.
 """
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-
-@contextlib.contextmanager
-def running_averages_kept(*modules: Any) -> Iterator[None]:
-    """Run the body (a forward pass that only rebuilds what backward needs), then put back every running average."""
-    saved = [(array, array.copy()) for module in modules for _, part in module.submodules()
-             for array in part.buffers().values()]
-    yield
-    for array, before in saved:
-        array[...] = before
+from ..module import running_averages_kept
 
 
-def forward(worker: Any, layers: list[Any], x: np.ndarray) -> np.ndarray:
-    """``layers``' output for x, remembering what their backward passes need."""
+def forward(worker: Any, layers: list[Any], x: np.ndarray) -> list[np.ndarray]:
+    """Every layer's output for x, in order, each remembering what its backward pass needs."""
+    hs: list[np.ndarray] = []
     with worker.timeline.record("forward"):
         for layer in layers:
-            x = layer.forward(x)
-    return x
+            hs.append(layer.forward(hs[-1] if hs else x))
+    return hs
 
 
 def backward_and_update(worker: Any, delta: np.ndarray, t: int) -> None:
@@ -95,7 +88,7 @@ class Backprop:
     def step(self, t: int) -> None:
         w = self.worker
         x, y = w.take_input(t)
-        h = forward(w, w.layers, x)
+        h = forward(w, w.layers, x)[-1]
         if w.is_top:
             delta = w.top_gradient(h, y)
         else:
@@ -118,7 +111,7 @@ class PipelinedBackprop:
     def step(self, t: int) -> None:
         w = self.worker
         x, y = w.take_input(t)
-        h = forward(w, w.layers, x)
+        h = forward(w, w.layers, x)[-1]
         if w.is_top:
             backward_and_update(w, w.top_gradient(h, y), t)
             return
@@ -141,75 +134,66 @@ class PipelinedBackprop:
 
 
 class Decoupled:
-    """DNI and cDNI: every block descends on its generator's ĝ at once; generators regress when targets come."""
+    """DNI and cDNI: every block descends on its generator's ĝ at once; a generator regresses when its target comes."""
 
     def __init__(self, worker: Any) -> None:
         self.worker = worker
-        blocks = len(worker.blocks)
-        self.kept: list[dict[int, tuple]] = [{} for _ in range(blocks)]  # batch u -> (h_j, c) until M_j regresses
-        self.targets: list[dict[int, np.ndarray]] = [{} for _ in range(blocks)]  # δ_j made inside this worker
-        self.newest = [0] * blocks  # the last batch M_j predicted for
-        self.cached: list[int | None] = [None] * blocks  # the batch M_j's forward caches are for (None: used up)
+        self.kept: dict[int, tuple] = {}  # batch u -> (h_n, c) of the stage's last block, until its target comes
 
     def step(self, t: int) -> None:
         w = self.worker
         x, y = w.take_input(t)
         condition = y if w.plan.schedule == "cdni" else None
-        hs = [x]
-        with w.timeline.record("forward"):
-            for block in w.blocks:
-                hs.append(block.forward(hs[-1]))
-        if w.is_top:  # the true gradient at the top: the last block's target, at once
-            g = w.top_gradient(forward(w, [w.top], hs[-1]), y)
+        hs = forward(w, w.blocks, x)
+        if w.is_top:  # the true gradient dL/dh_n at the top: the last block's target
+            g = w.top_gradient(forward(w, [w.top], hs[-1])[0], y)
             with w.timeline.record("backward"):
-                self.targets[-1][t] = w.top.backward(g)
+                top_delta = w.top.backward(g)
             with w.timeline.record("update"):
                 w.top.update(w.plan.alpha)
         else:
-            w.send_up(t, hs[-1], y)  # forward unlocked: the output goes up before anything else
+            w.send_up(t, hs[-1], y)  # forward unlocked: h goes up before anything else
         for j, block in enumerate(w.blocks):
-            self.regress(j, through=t - 1 - w.plan.staleness)
-            with w.timeline.record("forward"):
-                g_hat = block.generator.forward(hs[j + 1], condition)  # ĝ_j = M_j(h_j, c)
-            self.kept[j][t] = (hs[j + 1], condition)
-            self.newest[j] = self.cached[j] = t
-            with w.timeline.record("backward"):
-                delta = block.backward(g_hat, input_delta=not (w.is_bottom and j == 0))  # δ_{j-1}
-            if j > 0:
-                self.targets[j - 1][t] = delta
-            else:
+            if j == len(w.blocks) - 1 and not w.is_top:
+                self.regress_late(through=t - 1 - w.plan.staleness, newest=t - 1)
+            with w.timeline.record("dni"):  # update unlocked: ĝ_j now, not dL/dh_j later
+                delta, _ = block.synthetic_update(hs[j], condition, input_delta=not (w.is_bottom and j == 0))
+            if j == 0:
                 w.send_down(t, delta)
-            with w.timeline.record("update"):
-                block.update(block.alpha)  # update unlocked: ĝ_j now, not dL/dh_j later
+            else:
+                self.regress(j - 1, delta)
+        if w.is_top:
+            self.regress(len(w.blocks) - 1, top_delta)
+        else:
+            self.kept[t] = (hs[-1], condition)
 
-    def regress(self, j: int, through: int) -> None:
-        """M_j regresses onto the targets that have come, oldest first, waiting for those of batches up to ``through``."""
+    def regress(self, j: int, target: np.ndarray, *, late: int = 0, again: tuple | None = None) -> None:
+        """M_j regresses onto ``target``, ``late`` batches after it predicted for it; ``again``: its (h, c), run again."""
         w = self.worker
-        generator = w.blocks[j].generator
-        for u in sorted(self.kept[j]):
-            target = self.target(j, u, wait=u <= through)
+        h, condition = again or (None, None)
+        with w.timeline.record("update"):
+            w.blocks[j].update_synthetic_weights(target, h=h, condition=condition)
+        w.stale_targets[late] = w.stale_targets.get(late, 0) + 1
+
+    def regress_late(self, through: int, newest: int) -> None:
+        """The stage's last block's generator regresses onto the targets that have come from above, oldest first.
+
+        It waits for those of batches up to ``through``.  ``newest`` is the last batch it predicted for: its
+        forward caches are for that batch until a regression has used them; another batch is run forward again.
+        """
+        last = len(self.worker.blocks) - 1
+        cached: int | None = newest
+        for u in sorted(self.kept):
+            target = self.worker.take_target(u, block=u <= through)
             if target is None:
                 return
-            h, condition = self.kept[j].pop(u)
-            if self.cached[j] != u:  # M_j has predicted for a later batch since: its forward pass for u, again
-                with running_averages_kept(generator), w.timeline.record("forward"):
-                    generator.forward(h, condition)
-            with w.timeline.record("update"):
-                generator.update(target, w.blocks[j].generator_alpha)
-            self.cached[j] = None
-            lateness = self.newest[j] - u
-            w.stale_targets[lateness] = w.stale_targets.get(lateness, 0) + 1
-
-    def target(self, j: int, u: int, *, wait: bool) -> np.ndarray | None:
-        """δ_j for batch u: from the worker above for the stage's last block (below the top), else made here."""
-        w = self.worker
-        if j == len(w.blocks) - 1 and not w.is_top:
-            return w.take_target(u, block=wait)
-        return self.targets[j].pop(u)
+            kept = self.kept.pop(u)
+            self.regress(last, target, late=newest - u, again=None if u == cached else kept)
+            cached = None
 
     def flush(self, t: int) -> None:
-        for j in range(len(self.worker.blocks)):
-            self.regress(j, through=t)
+        if not self.worker.is_top:
+            self.regress_late(through=t, newest=t)
 
 
 SCHEDULES: dict[str, Any] = {"backprop": Backprop, "pipelined-backprop": PipelinedBackprop, "dni": Decoupled,

@@ -20,23 +20,28 @@ The defaults (``wake=0``, ``contention=0``, ``cores=None``, ``message_cpu=0``) m
 a core per worker, and a message that costs only its transfer.  On a real one, measure them
 (``benchmarks/parallel.py`` does) and pass them in.
 
-:func:`simulate` runs each worker's operations in the order the schedules' code runs them
-(:mod:`sgrad.parallel.schedules`: the same sends, the same waits), each starting as soon as the
-worker is free and the message it needs has arrived, on one clock for all workers.  The throughput
-is that of the steady state: batches per second at which the top worker finishes steps in the second
-half of the run.  DNI is modelled with ``staleness=0``, whose waits the schedule fixes (with more,
-they depend on timing).
+:func:`simulate` runs each worker's operations, each starting as soon as the worker is free and
+the message it needs has arrived, on one clock for all workers.  The operations are those of the
+schedules' own code (:mod:`sgrad.parallel.schedules`): :func:`programs` runs a schedule's ``step``
+on workers whose blocks cost their :class:`BlockTimes` instead of computing (:class:`CostedWorker`),
+and notes what each one computes, sends and waits for.  The throughput is that of the steady
+state: batches per second at which the top worker finishes steps in the second half of the run.
+DNI is modelled with ``staleness=0``, whose waits the schedule fixes (with more, they depend on
+timing).
 
 What it shows, e.g.: under DNI a worker sends batch t+1 up before it waits for batch t's target,
 so two batches are in flight and each round trip to the worker above is shared between two steps;
 under locked backprop every message lies on the critical path.
 """
 
+import contextlib
 import heapq
 import math
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
+from types import SimpleNamespace
+from typing import Any, NamedTuple
 
+from .schedules import SCHEDULES
 from .worker import split_layers
 
 Operation = tuple  # ('compute', seconds) | ('send', key) | ('receive', key) | ('done', step)
@@ -58,10 +63,8 @@ def throughput(schedule: str, blocks: Sequence[BlockTimes], top: float, workers:
     ``transfer``, ``wake``, ``contention``, ``cores`` and ``message_cpu``: the machine, as in :func:`simulate`.
     """
     steps = max(200, 4 * workers) if steps is None else steps
-    stages = [[j for j in stage if j < len(blocks)] for stage in split_layers(len(blocks) + 1, workers)]
-    program = {"backprop": _backprop, "pipelined-backprop": _delayed, "dni": _decoupled, "cdni": _decoupled}[schedule]
-    programs = [program(k, stages, blocks, top, steps) for k in range(workers)]
-    finished = simulate(programs, transfer, wake=wake, contention=contention, cores=cores, message_cpu=message_cpu)[-1]
+    finished = simulate(programs(schedule, blocks, top, workers, steps), transfer, wake=wake, contention=contention,
+                        cores=cores, message_cpu=message_cpu)[-1]
     half = steps // 2
     return batch * (steps - half) / (finished[steps] - finished[half])
 
@@ -151,65 +154,93 @@ def speed(busy: int, contention: float = 0.0, cores: int | None = None, load: fl
     return share / (1.0 + contention * (used - 1))
 
 
-def _backprop(k, stages, blocks, top, steps):
-    own, is_top = stages[k], k == len(stages) - 1
+def programs(schedule: str, blocks: Sequence[BlockTimes], top: float, workers: int,
+             steps: int) -> list[Iterator[Operation]]:
+    """Each worker's operations over ``steps`` steps of ``schedule``, the blocks shared out as the pipeline shares them.
+
+    The schedule's own ``step`` runs on a :class:`CostedWorker`; a step's operations end with ``('done', t)``.
+    """
+    stages = [[j for j in stage if j < len(blocks)] for stage in split_layers(len(blocks) + 1, workers)]
+    return [_program(schedule, CostedWorker(k, [[blocks[j] for j in stage] for stage in stages], top, schedule),
+                     steps) for k in range(workers)]
+
+
+def _program(schedule, worker, steps):
+    run = SCHEDULES[schedule](worker)
     for t in range(1, steps + 1):
-        if k > 0:
-            yield "receive", ("activation", k, t)
-        yield "compute", sum(blocks[j].forward for j in own)
-        if is_top:
-            yield "compute", top
-        else:
-            yield "send", ("activation", k + 1, t)
-            yield "receive", ("target", k, t)
-        yield from _backward(k, own, blocks, t)
+        run.step(t)
+        yield from worker.operations
         yield "done", t
+        worker.operations.clear()
 
 
-def _delayed(k, stages, blocks, top, steps):
-    own, is_top = stages[k], k == len(stages) - 1
-    delay = len(stages) - 1 - k
-    for t in range(1, steps + 1):
-        if k > 0:
-            yield "receive", ("activation", k, t)
-        yield "compute", sum(blocks[j].forward for j in own)
-        if is_top:
-            yield "compute", top
-            yield from _backward(k, own, blocks, t)
-        else:
-            yield "send", ("activation", k + 1, t)
-            if t - delay >= 1:
-                yield "receive", ("target", k, t - delay)
-                yield "compute", sum(blocks[j].forward for j in own)  # the forward pass again, for its caches
-                yield from _backward(k, own, blocks, t - delay)
-        yield "done", t
+class CostedWorker:
+    """Worker ``k`` of a pipeline of ``stages`` (each a list of :class:`BlockTimes`) as the schedules see it.
+
+    Its blocks and top layer (:class:`CostedBlock`) cost time instead of computing.  It notes each
+    operation that a schedule's step makes through it: a computation, a message sent, a message
+    waited for.  Messages carry nothing, and a target is always there to take: every wait is a
+    blocking one, as under DNI with ``staleness=0``.
+    """
+
+    def __init__(self, k: int, stages: list[list[BlockTimes]], top: float, schedule: str) -> None:
+        self.index, self.count = k, len(stages)
+        self.is_bottom, self.is_top = k == 0, k == len(stages) - 1
+        self.operations: list[Operation] = []
+        self.blocks = [CostedBlock(times, self.operations) for times in stages[k]]
+        self.top = CostedBlock(BlockTimes(top, 0.0, 0.0), self.operations) if self.is_top else None
+        self.layers = self.blocks + ([self.top] if self.top else [])
+        self.plan = SimpleNamespace(schedule=schedule, staleness=0, alpha=0.0)
+        self.timeline = SimpleNamespace(record=lambda kind: contextlib.nullcontext())
+        self.stale_targets: dict[int, int] = {}
+
+    def take_input(self, t: int) -> tuple[None, None]:
+        if not self.is_bottom:
+            self.operations.append(("receive", ("activation", self.index, t)))
+        return None, None
+
+    def send_up(self, t: int, h: Any, y: Any) -> None:
+        self.operations.append(("send", ("activation", self.index + 1, t)))
+
+    def take_target(self, t: int, *, block: bool = True) -> float:
+        self.operations.append(("receive", ("target", self.index, t)))
+        return 0.0
+
+    def send_down(self, t: int, delta: Any) -> None:
+        if not self.is_bottom:
+            self.operations.append(("send", ("target", self.index - 1, t)))
+
+    def top_gradient(self, output: Any, y: Any) -> None:
+        """The loss's cost is the top layer's forward pass's (``top``)."""
 
 
-def _backward(k, own, blocks, t):
-    """Every block's backward pass and step, top first; the stage's input delta goes down before the bottom's step."""
-    yield "compute", sum(blocks[j].backward for j in own) + sum(blocks[j].update for j in own[1:])
-    if k > 0:
-        yield "send", ("target", k - 1, t)
-    yield "compute", blocks[own[0]].update
+class CostedBlock:
+    """A block (or the top layer) whose every call costs its :class:`BlockTimes`: it appends ``('compute', seconds)``.
 
+    ``synthetic_update`` costs ĝ's prediction, the backward pass and the step; ``update_synthetic_weights``
+    the regression, and the prediction once more when it is given the batch's h.
+    """
 
-def _decoupled(k, stages, blocks, top, steps):
-    own, is_top = stages[k], k == len(stages) - 1
-    for t in range(1, steps + 1):
-        if k > 0:
-            yield "receive", ("activation", k, t)
-        yield "compute", sum(blocks[j].forward for j in own)
-        if is_top:
-            yield "compute", top
-        else:
-            yield "send", ("activation", k + 1, t)
-        for i, j in enumerate(own):
-            if t > 1:  # the generator regresses onto batch t-1's target before it predicts batch t's ĝ
-                if i == len(own) - 1 and not is_top:
-                    yield "receive", ("target", k, t - 1)
-                yield "compute", blocks[j].regression
-            yield "compute", blocks[j].generator + blocks[j].backward
-            if i == 0 and k > 0:
-                yield "send", ("target", k - 1, t)
-            yield "compute", blocks[j].update
-        yield "done", t
+    def __init__(self, times: BlockTimes, operations: list[Operation]) -> None:
+        self.times, self.operations = times, operations
+
+    def forward(self, x: Any) -> None:
+        self._costs(self.times.forward)
+
+    def backward(self, delta: Any, *, input_delta: bool = True) -> None:
+        self._costs(self.times.backward)
+
+    def update(self, alpha: float) -> None:
+        self._costs(self.times.update)
+
+    def synthetic_update(self, h: Any, condition: Any, *, input_delta: bool = True) -> tuple[None, None]:
+        self._costs(self.times.generator + self.times.backward + self.times.update)
+        return None, None
+
+    def update_synthetic_weights(self, target: Any, *, h: Any = None, condition: Any = None) -> None:
+        self._costs(self.times.regression + (0.0 if h is None else self.times.generator))
+
+    def _costs(self, seconds: float) -> None:
+        if self.operations and self.operations[-1][0] == "compute":  # computations in a row are one
+            seconds += self.operations.pop()[1]
+        self.operations.append(("compute", seconds))

@@ -1,11 +1,12 @@
 """What each worker did and when: the events of a timeline figure (one row per worker, a bar per event).
 
-An event is ``(worker, kind, step, start, end)``: kind is ``'forward'`` (a block's forward pass, and
-a generator's prediction ĝ = M(h, c)), ``'backward'`` (a block's backward pass), ``'update'`` (a
-descent step: a block's, or a generator's regression onto its target) or ``'wait'`` (blocked on a
-message from another worker); step is the worker's step when it happened (a delayed gradient or a
-late target of an earlier batch counts in the step that applies it); start and end are
-``time.time()`` seconds, so that the events of workers in different processes line up.
+An event is ``(worker, kind, step, start, end)``: kind is ``'forward'`` (a block's forward pass),
+``'backward'`` (a block's backward pass), ``'update'`` (a descent step: a block's, or a generator's
+regression onto its target), ``'dni'`` (a block's synthetic update: ĝ = M(h, c), its backward pass
+and the block's step on it) or ``'wait'`` (blocked on a message from another worker); step is the
+worker's step when it happened (a delayed gradient or a late target of an earlier batch counts in
+the step that applies it); start and end are ``time.time()`` seconds, so that the events of
+workers in different processes line up.
 """
 
 import contextlib
@@ -13,7 +14,7 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-KINDS = ("forward", "backward", "update", "wait")
+KINDS = ("forward", "backward", "update", "dni", "wait")
 
 
 class Event(NamedTuple):

@@ -13,18 +13,17 @@ process or in a Ray actor: the engine only says how messages travel.
 import dataclasses
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ..batches import BatchOrder
 from ..checkpoint import network_state
+from ..evaluation import accuracy, predict_in_eval_mode
 from .messages import Inbox, Message, Report, Source
 from .schedules import SCHEDULES
 from .timeline import Timeline
-
-EVALUATION_BATCH = 2000  # rows per predict call at an evaluation, as sgrad.experiments.mnist.accuracy takes them
-
 
 def split_layers(layers: int, workers: int) -> list[range]:
     """Which of ``layers`` layers (hidden blocks, then the top) each of ``workers`` workers holds.
@@ -66,33 +65,6 @@ class Plan:
     alpha: float
     loss_fn: Callable[[np.ndarray, np.ndarray], tuple[Any, np.ndarray]]
     classes: int
-
-
-class BatchOrder:
-    """Worker 0's batches, drawn as :func:`sgrad.experiments.loop.train_loop` draws them.
-
-    Each pass over the ``examples`` training examples takes a new order ``rng.permutation(examples)``,
-    and batches are consecutive slices of ``batch_size`` of it; a last slice too short to fill a
-    batch is skipped.  ``rng_state``, ``order`` and ``position`` carry on a resumed run.
-    """
-
-    def __init__(self, examples: int, batch_size: int, rng_state: Mapping[str, Any], order: np.ndarray,
-                 position: int) -> None:
-        self.examples, self.batch_size = examples, batch_size
-        self.rng = np.random.default_rng()
-        self.rng.bit_generator.state = rng_state
-        self.order, self.position = order, position
-
-    def next(self) -> np.ndarray:
-        """The indices of the next batch, (batch_size,)."""
-        if self.position + self.batch_size > len(self.order):
-            self.order, self.position = self.rng.permutation(self.examples), 0
-        indices = self.order[self.position:self.position + self.batch_size]
-        self.position += self.batch_size
-        return indices
-
-    def state(self) -> dict[str, Any]:
-        return {"rng": self.rng.bit_generator.state, "order": self.order, "position": self.position}
 
 
 class Worker:
@@ -196,24 +168,13 @@ class Worker:
             assert message is not None
             h = message.array
         assert h is not None
-        for layer in self.layers:
-            layer.eval()
-        try:
-            h = np.concatenate([self.predict(h[i:i + EVALUATION_BATCH]) for i in range(0, len(h), EVALUATION_BATCH)])
-        finally:
-            for layer in self.layers:
-                layer.train()
         if not self.is_top:
-            self.send(self.index + 1, Message("evaluation", t, h))
+            self.send(self.index + 1, Message("evaluation", t, predict_in_eval_mode(self.layers, h)))
             return
-        accuracy = float(np.mean(h.argmax(axis=1) == self.test_y))
-        self.report(Report("evaluation", self.index, (t, accuracy, float(np.mean(self.losses)), time.time())))
+        assert self.test_y is not None
+        score = accuracy(self.layers, h, self.test_y)
+        self.report(Report("evaluation", self.index, (t, score, float(np.mean(self.losses)), time.time())))
         self.losses.clear()
-
-    def predict(self, h: np.ndarray) -> np.ndarray:
-        for layer in self.layers:
-            h = layer.predict(h)
-        return h
 
     def loop_state(self) -> dict[str, Any]:
         """What a checkpoint needs besides the layers: worker 0's batch order, the top's losses."""

@@ -1,4 +1,4 @@
-"""Checkers for the homework: a numerical gradient check, and checks of the three updates.
+"""The homework's checkers: a numerical gradient check, and checks of the three updates.
 
 Each checker returns a :class:`CheckResult` that prints as one ✓/✗ line and a
 message written for a student: the quantity that is wrong, what was expected
@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from . import kernels
-from .dni import DNI
-from .generators import regression_loss
+from .. import kernels
+from ..dni import DNI
+from ..generators import regression_loss
 
 TOLERANCE = 1e-6  # largest relative error accepted; a correct float64 answer is near 1e-9 or below
 BATCH = 8

@@ -1,15 +1,21 @@
 """A correct answer to each exercise of notebooks/08_homework.ipynb, as the cell a student would hand in.
 
-tests/test_checks.py plants bugs in them, and the checkers must name each one; tests/test_grading.py
-puts them, with and without bugs, into copies of the notebook, and the grader must grade them.
-A planted bug is an edit ``(old, new)``: every ``old`` text of the answer replaced by ``new``.
+``MY_LAYER``, ``MY_DNI`` and ``MY_FULL_DNI`` are the stub cells of the notebook, filled in with arrays
+as the homework asks.  The tests plant mistakes in them (tests/test_checks.py: the checkers must name
+each one; tests/test_grading.py: copies of the notebook holding them, graded by ``sgrad grade``).
+A planted mistake is an edit ``(old, new)``: every ``old`` text of the answer replaced by ``new``::
+
+    wrong = planted(MY_LAYER, ("self.nonlin_deriv(self.output)", "1"))   # the class, defined
+    print(check_layer_backward(wrong))
 """
 
 import re
+from typing import Any
 
 import numpy as np
 
-from sgrad import DNI, Layer
+from ..dni import DNI
+from ..layers import Layer
 
 MY_LAYER = """\
 class MyLayer(Layer):
@@ -48,17 +54,21 @@ class MyFullDNI(MyDNI):
 """
 
 
-def edited(answer, *edits):
+def edited(answer: str, *edits: tuple[str, str]) -> str:
     """``answer`` with each edit ``(old, new)`` made: every ``old`` replaced by ``new``."""
     for old, new in edits:
-        assert old in answer, f"the edit changes {old!r}, which the answer does not contain"
+        if old not in answer:
+            raise ValueError(f"the edit changes {old!r}, which the answer does not contain")
         answer = answer.replace(old, new)
     return answer
 
 
-def planted(answer, *edits):
+def planted(answer: str, *edits: tuple[str, str]) -> type:
     """The class that ``answer`` defines, after the edits; MyFullDNI extends sgrad's DNI here."""
     source = edited(answer, *edits)
-    namespace = {"DNI": DNI, "Layer": Layer, "MyDNI": DNI, "np": np}
+    namespace: dict[str, Any] = {"DNI": DNI, "Layer": Layer, "MyDNI": DNI, "np": np}
     exec(source, namespace)
-    return namespace[re.match(r"class (\w+)", source).group(1)]
+    first = re.match(r"class (\w+)", source)
+    if first is None:
+        raise ValueError(f"expected an answer that starts with a class statement; got {source[:40]!r}")
+    return namespace[first.group(1)]

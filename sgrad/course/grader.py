@@ -1,13 +1,13 @@
-"""Grade a homework notebook: run it in a Jupyter kernel, then check the classes the student wrote.
+"""``sgrad grade``: run a homework notebook in a Jupyter kernel, then check the classes the student wrote.
 
-    python -m sgrad.grading path/to/08_homework.ipynb
+    sgrad grade path/to/08_homework.ipynb
 
 The notebook runs top to bottom in a fresh ``python3`` kernel, driven by nbclient (the library that
 nbconvert and nbmake use to execute notebooks), with ``SGRAD_SMOKE=1`` so that its training cells stay
 short.  A cell that raises does not stop the run, and a cell still running after ``--timeout`` seconds
-is interrupted.  Then, in the same kernel, each exercise's checker from :mod:`sgrad.checks` runs on the
-class the student wrote (``MyLayer``, ``MyDNI``, ``MyFullDNI``), one cell per exercise, so that a
-method that never returns costs only its own exercise.
+is interrupted.  Then, in the same kernel, each exercise's checker from :mod:`sgrad.course.checkers`
+runs on the class the student wrote (``MyLayer``, ``MyDNI``, ``MyFullDNI``), one cell per exercise, so
+that a method that never returns costs only its own exercise.
 
 Prints the cells that raised, then a ✓ or ✗ per exercise with the checker's message.  The exit status
 is 0 if every exercise passed, 1 if any failed, and 2 if the notebook could not be graded (no such
@@ -25,11 +25,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .checks import CheckResult
+from .checkers import CheckResult
 
 
 @dataclass(frozen=True)
@@ -39,7 +38,7 @@ class Exercise:
     number: int
     method: str
     class_name: str
-    checker: str  # a function of sgrad.checks, called with the student's class
+    checker: str  # a function of sgrad.course.checkers, called with the student's class
 
     @property
     def title(self) -> str:
@@ -55,7 +54,7 @@ TIMEOUT = 300  # seconds a cell may run, the notebook's own and the checks alike
 # A check's result leaves the kernel as display data of its own type, apart from what the student's code prints.
 RESULT_TYPE = "application/vnd.sgrad.check+json"
 CHECK_CELL = """\
-import sgrad.checks as _sgrad_checks
+import sgrad.course.checkers as _sgrad_checks
 from IPython.display import display as _sgrad_display
 if {class_name!r} in globals():
     _sgrad_result = _sgrad_checks.{checker}({class_name})
@@ -250,7 +249,7 @@ def _cell_errors(cells):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Give ``parser`` the grader's arguments (the notebook, ``--timeout``); ``sgrad grade`` uses them too."""
+    """Give ``parser`` (``sgrad grade``'s) the grader's arguments: the notebook, ``--timeout``."""
     parser.add_argument("notebook", type=pathlib.Path, help="the student's notebook, an .ipynb file")
     parser.add_argument("--timeout", type=_positive_int, default=TIMEOUT, metavar="SECONDS",
                         help=f"interrupt a cell still running after this many seconds (default {TIMEOUT})")
@@ -262,23 +261,16 @@ DESCRIPTION = ("Run a student's homework notebook (08_homework.ipynb) in a Jupyt
                "notebook could not be graded.")
 
 
-def run(args: argparse.Namespace, prog: str) -> int:
+def run(args: argparse.Namespace) -> int:
     """Grade ``args.notebook``, print the report, and return the exit status (0, 1 or 2)."""
     try:
         grades = grade(args.notebook, timeout=args.timeout)
     except GradingError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        print(f"sgrad grade: error: {error}", file=sys.stderr)
         return 2
     print(f"Grading {args.notebook}")
     print(grades)
     return 0 if grades.passed else 1
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sgrad.grading NOTEBOOK [--timeout SECONDS]``; returns the exit status."""
-    prog = "python -m sgrad.grading"
-    parser = add_arguments(argparse.ArgumentParser(prog=prog, description=DESCRIPTION))
-    return run(parser.parse_args(argv), prog)
 
 
 def _positive_int(text: str) -> int:
@@ -289,7 +281,3 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected at least 1 second; got {value}")
     return value
-
-
-if __name__ == "__main__":
-    sys.exit(main())
