@@ -160,7 +160,9 @@ class PaperConfig:
     @property
     def interface_blocks(self) -> tuple[int, ...]:
         """The numbers of the hidden blocks with an interface (1 is the lowest)."""
-        return tuple(range(1, self.depth)) if self.interfaces == "every" else tuple(self.interfaces)
+        if isinstance(self.interfaces, str):  # 'every', the one name __post_init__ lets through
+            return tuple(range(1, self.depth))
+        return self.interfaces
 
 
 def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]:
