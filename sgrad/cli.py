@@ -23,7 +23,7 @@ from .course import grader
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
 from .experiments.files import CHECKPOINT_FOLDER, check_out_dir
 from .experiments.mnist import (ARCHITECTURES, GENERATORS, INTERFACE_POSITIONS, LOSS_REDUCTIONS, PAPER_METHODS,
-                                PaperConfig, check_grid, run_grid)
+                                WEIGHT_INITS, PaperConfig, check_grid, run_grid)
 from .experiments.mnist import results_table as paper_table
 from .experiments.parallel import ENGINES, check_runs, compare_parallel
 from .experiments.parallel import results_table as parallel_table
@@ -265,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"the cross-entropy summed over the batch, or its mean (default {PAPER_DEFAULTS.loss})")
     pap.add_argument("--logit-batchnorm", action="store_true",
                      help="batch-normalise the 10 logits (the top layer's linear map then has no bias)")
+    pap.add_argument("--init", choices=WEIGHT_INITS, default=PAPER_DEFAULTS.init,
+                     help="the weights of the blocks and the top: he (He normal, a Xavier top; default) or pytorch "
+                          "(uniform within 1/sqrt(fan_in), PyTorch's default for nn.Linear)")
     _add_mnist_training(pap, "paper", iterations=PAPER_DEFAULTS.iterations, eval_every=PAPER_DEFAULTS.eval_every,
                         unit="cell")
 
@@ -398,7 +401,7 @@ def _paper(args: argparse.Namespace) -> str:
         eval_every=args.eval_every, dtype=args.dtype, seed=args.seed, arch=args.arch, channels=args.channels,
         kernel_size=args.kernel_size, depth=args.depths[0], interfaces=args.interfaces,
         interface_position=args.interface_position, generator_targets=args.targets, loss=args.loss,
-        logit_batchnorm=args.logit_batchnorm)
+        logit_batchnorm=args.logit_batchnorm, init=args.init)
     # Before MNIST is loaded (or downloaded); run_grid checks again against the data it gets.
     check_grid(methods, args.depths, config, input_dim=IMAGE_SHAPE[0] * IMAGE_SHAPE[1],
                train_examples=args.train_subset, checkpoint_every=args.checkpoint_every or None)

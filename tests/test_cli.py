@@ -318,6 +318,8 @@ def test_every_option_of_paper_has_a_help_text():
                                        "'bootstrap', 'true')"),
     (["paper", "--loss", "max"], "sgrad paper: error: argument --loss: invalid choice: 'max' (choose from 'sum', "
                                  "'mean')"),
+    (["paper", "--init", "xavier"], "sgrad paper: error: argument --init: invalid choice: 'xavier' (choose from 'he', "
+                                    "'pytorch')"),
     (["paper", "--methods", "synthetic-loss", "--targets", "true"],
      "sgrad paper: error: generator_targets='true' regresses generators onto true gradients, but the synthetic loss's "
      "generators predict losses. Leave 'synthetic-loss' out of the methods, or use generator_targets='bootstrap'"),
@@ -326,7 +328,7 @@ def test_every_option_of_paper_has_a_help_text():
      "after every conv block. Leave logit_batchnorm at False, or use arch='mlp'"),
 ], ids=["depth-0", "missing-data", "compare-out-below-a-file", "paper-out-below-a-file", "batch-over-subset",
         "hidden-ten-million", "interface-block-0", "interface-above-the-blocks", "interface-position",
-        "targets", "loss", "synthetic-loss-true-targets", "cnn-logit-batchnorm"])
+        "targets", "loss", "init", "synthetic-loss-true-targets", "cnn-logit-batchnorm"])
 def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_path, args, message):
     (tmp_path / "notes.txt").write_text("a file\n")
     tiny_mnist(tmp_path)

@@ -101,6 +101,7 @@ def test_every_method_sees_the_same_batches(monkeypatch):
     ({"generator_targets": "oracle"}, ValueError, "unknown generator_targets 'oracle'; choose one of 'bootstrap', 'true'"),
     ({"loss": "max"}, ValueError, "unknown loss 'max'; choose one of 'sum', 'mean'"),
     ({"logit_batchnorm": "yes"}, TypeError, "logit_batchnorm must be True or False; got 'yes'"),
+    ({"init": "xavier"}, ValueError, "unknown init 'xavier'; choose one of 'he', 'pytorch'"),
     ({"arch": "cnn", "interfaces": (1,), "logit_batchnorm": True}, ValueError,
      "interfaces, logit_batchnorm shape the fully connected nets only (arch='mlp'); the CNN has an interface after "
      "every conv block. Leave interfaces and logit_batchnorm at 'every', False, or use arch='mlp'"),
@@ -307,6 +308,15 @@ def test_before_the_nonlinearity_each_block_ends_at_its_batch_norm_and_its_relu_
     np.testing.assert_allclose(logits.std(axis=0), 1.0, atol=1e-2)
 
 
+def test_pytorch_init_draws_every_weight_within_one_over_the_square_root_of_its_fan_in():
+    layers = build_network("dni", 20, dataclasses.replace(TINY, init="pytorch", interfaces=(2,)))
+    weights = [m.weights for layer in layers for path, m in layer.submodules()
+               if isinstance(m, sgrad.Layer) and not path.startswith("generator")]
+    assert [w.shape for w in weights] == [(20, 16), (16, 16), (16, 10)]
+    for w in weights:
+        assert 0.8 / np.sqrt(w.shape[0]) < np.abs(w).max() <= 1 / np.sqrt(w.shape[0])
+
+
 def test_backprop_learns_the_same_wherever_the_interface_would_sit(tiny_data):
     after = train_paper("backprop", tiny_data, TINY)
     before = train_paper("backprop", tiny_data, dataclasses.replace(TINY, interface_position="before"))
@@ -506,14 +516,14 @@ def test_the_paper_command_builds_the_peers_interface_and_records_its_settings(t
     command = [sys.executable, "-m", "sgrad", "paper", "--methods", "dni", "--iterations", "4", "--eval-every", "2",
                "--batch-size", "8", "--hidden", "16", "--generator-hidden", "8", "--no-verify", "--interfaces", "2",
                "--interface-position", "before", "--targets", "true", "--loss", "mean", "--logit-batchnorm",
-               "--out", str(tmp_path / "out")]
+               "--init", "pytorch", "--out", str(tmp_path / "out")]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr
     cell = json.loads((tmp_path / "out" / "cells" / "dni-depth3.json").read_text())
     settings = {k: cell["settings"]["config"][k] for k in ("interfaces", "interface_position", "generator_targets",
-                                                             "loss", "logit_batchnorm")}
+                                                             "loss", "logit_batchnorm", "init")}
     assert settings == {"interfaces": [2], "interface_position": "before", "generator_targets": "true",
-                        "loss": "mean", "logit_batchnorm": True}
+                        "loss": "mean", "logit_batchnorm": True, "init": "pytorch"}
     assert cell["history"]["iteration"] == [2, 4]
     assert 1.5 < cell["history"]["train_loss"][0] < 3.5  # the mean loss per example, about ln 10 at the start
 
