@@ -270,20 +270,28 @@ def accuracy(args):
 
 # ----------------------------------------------------------------------------- step time
 
-# sgrad's network at the peer's setting: the settings of `sgrad paper` that the issue's command gives.
-SGRAD_SETTING = dict(depth=3, hidden=256, batch_size=256, alpha=1e-3, generator="mlp", generator_hidden=(256,),
-                     generator_batchnorm=False, dtype="float32")
+# `sgrad paper`'s settings at the peer's setting (784-256-256-10, Adam at 1e-3 everywhere, batch 256, generators of
+# one hidden layer of 256 without batch norm): "default" is the issue's command (an interface after every block's
+# ReLU, the summed loss), "peer" adds the options that build the peer's network (one interface, at block 2 before
+# its ReLU; the batch-mean loss; batch norm on the logits; PyTorch's initial weights).
+SGRAD_SETTINGS = {
+    "default": dict(depth=3, hidden=256, batch_size=256, alpha=1e-3, generator="mlp", generator_hidden=(256,),
+                    generator_batchnorm=False, dtype="float32"),
+}
+SGRAD_SETTINGS["peer"] = dict(SGRAD_SETTINGS["default"], interfaces=(2,), interface_position="before", loss="mean",
+                              logit_batchnorm=True, init="pytorch")
 
 
-def sgrad_step(method, x, labels):
-    """``step()``: one sgrad training step of ``method`` at the peer's setting on the batch (x, labels)."""
+def sgrad_step(method, x, labels, setting):
+    """``step()``: one sgrad training step of ``method`` at ``SGRAD_SETTINGS[setting]`` on the batch (x, labels)."""
     from sgrad.experiments.loop import take_step
-    from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
+    from sgrad.experiments.mnist import PaperConfig, build_network, mean_cross_entropy, summed_cross_entropy
 
-    config = PaperConfig(**SGRAD_SETTING)
+    config = PaperConfig(**SGRAD_SETTINGS[setting])
     layers = build_network(method, x.shape[1], config)
     y = np.eye(10, dtype=x.dtype)[labels]
-    return lambda: take_step(method, layers, x, y, summed_cross_entropy, config.alpha)
+    loss_fn = summed_cross_entropy if config.loss == "sum" else mean_cross_entropy
+    return lambda: take_step(method, layers, x, y, loss_fn, config.alpha)
 
 
 class PeerSteps:
@@ -329,7 +337,7 @@ def step_time(args):
     print("| method | sgrad, ms per step | peer, ms per step | sgrad ÷ peer (median of rounds) |")
     print("|---|---:|---:|---:|")
     for method in args.methods:
-        step = sgrad_step(method, x, labels)
+        step = sgrad_step(method, x, labels, args.sgrad_setting)
         peer = PeerSteps(args, method)
         try:
             for _ in range(args.warmup):
@@ -387,6 +395,9 @@ def build_parser():
     tim = commands.add_parser("time", help="sgrad's step against the peer's, in alternating rounds")
     shared(tim)
     tim.add_argument("--methods", type=parse_list(str, METHOD_FLAGS), default=list(METHOD_FLAGS))
+    tim.add_argument("--sgrad-setting", choices=SGRAD_SETTINGS, default="peer",
+                     help="sgrad's network: 'peer' (the options that build the peer's network, default) or 'default' "
+                          "(sgrad paper's method: an interface after every block's ReLU)")
     tim.add_argument("--rounds", type=int, default=15)
     tim.add_argument("--seconds", type=float, default=0.5, help="each side's time in a round (default 0.5)")
     tim.add_argument("--warmup", type=int, default=20, help="steps each side takes before the rounds")
