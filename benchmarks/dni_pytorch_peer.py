@@ -250,6 +250,8 @@ def run_peer(args, method, seed):
 
 
 def accuracy(args):
+    peer_paths(args)  # before any work
+    mnist_path(args)
     runs = []
     for method in args.methods:
         for seed in args.seeds:
@@ -280,6 +282,7 @@ SGRAD_SETTINGS = {
 }
 SGRAD_SETTINGS["peer"] = dict(SGRAD_SETTINGS["default"], interfaces=(2,), interface_position="before", loss="mean",
                               logit_batchnorm=True, init="pytorch")
+SGRAD_SETTINGS["peer, every block"] = dict(SGRAD_SETTINGS["peer"], interfaces="every")
 
 
 def sgrad_step(method, x, labels, setting):
@@ -331,6 +334,7 @@ class PeerSteps:
 
 def step_time(args):
     """Alternate sgrad's step and the peer's, round by round; print the median ratio per method."""
+    peer_paths(args)  # before any work
     with np.load(mnist_path(args)) as archive:
         x = (archive["x_train"][:args.batch_size].reshape(args.batch_size, -1) / np.float32(255)).astype(np.float32)
         labels = archive["y_train"][:args.batch_size].astype(np.int64)
@@ -358,6 +362,43 @@ def step_time(args):
         mine, theirs = np.array(mine), np.array(theirs)
         print(f"| {method} | {1e3 * np.median(mine):.2f} | {1e3 * np.median(theirs):.2f} | "
               f"{np.median(mine / theirs):.2f}× |", flush=True)
+
+
+# ----------------------------------------------------------------------------- the figure
+
+def figure(args):
+    """Draw the ablation (``--table``, JSON) as one panel per method: each row's mean, its seeds, the peer's mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = json.loads(pathlib.Path(args.table).read_text())
+    methods = [m for m in METHOD_FLAGS if any(row["method"] == m for row in table["rows"])]
+    rows = {m: [row for row in table["rows"] if row["method"] == m] for m in methods}
+    fig, axes = plt.subplots(len(methods), 1, figsize=(8, 1.0 + 0.42 * sum(len(r) + 1 for r in rows.values())),
+                             gridspec_kw={"height_ratios": [len(rows[m]) + 1 for m in methods]}, squeeze=False)
+    for ax, method in zip(axes[:, 0], methods):
+        labels = [row["change"] for row in rows[method]]
+        positions = np.arange(len(labels))[::-1]
+        for y, row in zip(positions, rows[method]):
+            scores = 100 * np.array(row["accuracy"])
+            ax.barh(y, scores.mean(), color="#4c72b0", height=0.6)
+            ax.plot(scores, [y] * len(scores), "o", color="black", markersize=3)
+            ax.text(scores.mean() + 0.1, y, f"{scores.mean():.2f}%", va="center", fontsize=8)
+        peer = 100 * np.mean(table["peer"][method])
+        ax.axvline(peer, color="#dd8452", linestyle="--", label=f"peer: {peer:.2f}%")
+        ax.set_yticks(positions, labels, fontsize=8)
+        low = min(min(row["accuracy"]) for row in rows[method]) * 100
+        ax.set_xlim(max(low - 1, 50), 100)
+        ax.set_title(method, fontsize=10, loc="left")
+        ax.legend(loc="lower right", fontsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("test accuracy after 5,000 iterations (bars: mean of seeds 0-2; dots: each seed)")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {args.out}")
 
 
 def parse_list(kind, choices=None):
@@ -402,6 +443,11 @@ def build_parser():
     tim.add_argument("--seconds", type=float, default=0.5, help="each side's time in a round (default 0.5)")
     tim.add_argument("--warmup", type=int, default=20, help="steps each side takes before the rounds")
 
+    fig = commands.add_parser("figure", help="draw an ablation table (JSON) as a PNG")
+    fig.add_argument("--table", required=True, help="JSON: {'peer': {method: [accuracy per seed]}, 'rows': "
+                                                    "[{'method', 'change', 'accuracy': [per seed]}]}")
+    fig.add_argument("--out", required=True, help="the PNG to write")
+
     for name in ("_peer-train", "_peer-serve"):  # run by the commands above, in the peer's environment
         inner = commands.add_parser(name)
         inner.add_argument("--peer", required=True)
@@ -426,6 +472,8 @@ def main():
         accuracy(args)
     elif args.command == "time":
         step_time(args)
+    elif args.command == "figure":
+        figure(args)
 
 
 if __name__ == "__main__":
