@@ -381,18 +381,21 @@ def figure(args):
     for ax, method in zip(axes[:, 0], methods):
         labels = [row["change"] for row in rows[method]]
         positions = np.arange(len(labels))[::-1]
-        for y, row in zip(positions, rows[method]):
-            scores = 100 * np.array(row["accuracy"])
-            ax.barh(y, scores.mean(), color="#4c72b0", height=0.6)
-            ax.plot(scores, [y] * len(scores), "o", color="black", markersize=3)
-            ax.text(scores.mean() + 0.1, y, f"{scores.mean():.2f}%", va="center", fontsize=8)
         peer = 100 * np.mean(table["peer"][method])
-        ax.axvline(peer, color="#dd8452", linestyle="--", label=f"peer: {peer:.2f}%")
+        scores = [100 * np.array(row["accuracy"]) for row in rows[method]]
+        low = min(s.min() for s in scores) - 0.6
+        high = max(max(s.max() for s in scores), peer) + 0.4
+        for y, score in zip(positions, scores):
+            ax.barh(y, score.mean() - low, left=low, color="#4c72b0", height=0.6)
+            ax.text(low + 0.03 * (high - low), y, f"{score.mean():.2f}%", va="center", color="white", fontsize=8)
+            ax.plot(score, [y] * len(score), "o", color="black", markersize=3)
+        ax.axvline(peer, color="#dd8452", linestyle="--")
+        ax.text(peer, positions[0] + 0.55, f"the peer: {peer:.2f}%  ", ha="right", va="bottom", color="#dd8452",
+                fontsize=8)
         ax.set_yticks(positions, labels, fontsize=8)
-        low = min(min(row["accuracy"]) for row in rows[method]) * 100
-        ax.set_xlim(max(low - 1, 50), 100)
+        ax.set_xlim(low, high)
+        ax.set_ylim(-0.6, positions[0] + 1.1)
         ax.set_title(method, fontsize=10, loc="left")
-        ax.legend(loc="lower right", fontsize=8)
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("test accuracy after 5,000 iterations (bars: mean of seeds 0-2; dots: each seed)")
     fig.tight_layout()
