@@ -11,7 +11,9 @@ enters a backward (``synthetic_scale``):
 - :class:`NWindows` (n): the loss of n windows and γ M(s_{k+n}) at their end, backpropagated to s_k, as an
   n-step return (a teaching option, computed on copies);
 - :class:`Untruncated`: the loss of every later step, backpropagated without truncation (a teaching option:
-  the gradient M stands in for, computed on copies).
+  the gradient M stands in for, computed on copies);
+- :class:`LambdaReturn` (λ): the λ-return, a mixture of every n-window target, as TD(λ)'s forward view
+  (Pemberton & Costa 2024, BP(λ)); :class:`sgrad.eligibility_traces.BPLambda` is its backward view, online.
 """
 
 from typing import Any
@@ -27,6 +29,9 @@ class BoundaryTargets:
     def target(self, boundary: Any) -> np.ndarray:
         """M(s_k)'s target, (batch, state_dim), computed before the core and the readout step."""
         raise NotImplementedError
+
+    def check(self, generator: Any) -> None:
+        """Refuse a generator this strategy cannot teach, before anything changes (all of sgrad's generators pass)."""
 
     def learn(self, generator: Any, boundary: Any, alpha: float) -> float:
         """One descent step of M on ``1/(2 batch) |M(s_k) - target|²``; returns that loss."""
@@ -71,6 +76,43 @@ class Untruncated(BoundaryTargets):
 
     def target(self, boundary: Any) -> np.ndarray:
         return boundary.state_gradient(boundary.steps_left, bootstrap=False)
+
+
+class LambdaReturn(BoundaryTargets):
+    """G_k^λ = (1 - λ) Σ_{n<m} λ^{n-1} G_k^(n) + λ^{m-1} G_k^(m), over the m windows left from s_k.
+
+    A mixture of the n-window targets of :class:`NWindows`: λ = 0 is δ_k (the method), λ = 1 the last target,
+    which reaches the batch's end (the untruncated gradient where the sequence ends).  Computed on copies in
+    one sweep back over the windows left, with G^(0)_{k+1} = γ M(s_{k+1}) (the bootstrap):
+
+        G_j^λ = dL_j/ds_j + ((1 - λ) γ M(s_{j+1}) + λ G_{j+1}^λ) ∂s_{j+1}/∂s_j,
+
+    the last window taking γ M(s) at the end only if the sequence goes on.
+    """
+
+    def __init__(self, lam: float) -> None:
+        self.lam = validation.check_number(lam, "λ (lam, the weight of each longer target)", at_least=0, at_most=1,
+                                           example="0.5")
+
+    def target(self, boundary: Any) -> np.ndarray:
+        if self.lam == 0:
+            return boundary.delta
+        b, lam = boundary, self.lam
+        runs, start = [], b.state
+        for begin in range(0, b.steps_left, b.window):
+            core, d_outputs, start = b.run_copy(begin, min(begin + b.window, b.steps_left), start)
+            runs.append((core, d_outputs, start))
+        g_lambda: Any = None
+        for j, (core, d_outputs, end_state) in reversed(list(enumerate(runs))):
+            if j == len(runs) - 1:
+                end_gradient = None if b.sequence_ends else b.scale * b.generator.predict(end_state)
+            else:
+                end_gradient = (1 - lam) * b.scale * b.generator.predict(end_state) + lam * g_lambda
+            g_lambda = core.backward(d_outputs, end_gradient, input_delta=False)[1]
+        return g_lambda
+
+    def __repr__(self) -> str:
+        return f"LambdaReturn({self.lam:g})"
 
 
 ONE_WINDOW = OneWindow()

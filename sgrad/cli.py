@@ -4,7 +4,7 @@
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
-``sgrad grade`` runs a student's homework notebook and checks each exercise (:mod:`sgrad.course.grader`).
+``sgrad grade`` grades students' homework notebooks, one or a class (:mod:`sgrad.course.command`).
 ``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
@@ -19,7 +19,7 @@ from typing import NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
-from .course import grader
+from .course import command as grading
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
 from .experiments.files import CHECKPOINT_FOLDER, check_out_dir
 from .experiments.mnist import (ARCHITECTURES, GENERATORS, INTERFACE_POSITIONS, LOSS_REDUCTIONS, PAPER_METHODS,
@@ -44,7 +44,7 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad paper runs the paper's MNIST experiments over methods and depths; "
                "sgrad parallel trains every block in its own worker, by each schedule, against wall-clock time; "
                "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
-               "sgrad grade checks a student's homework notebook.")
+               "sgrad grade grades students' homework notebooks.")
 RNN_DEFAULTS = RnnConfig()
 WRITES = {  # what each command writes into its --out folder
     "compare": "history.json, compare.png and results.md",
@@ -53,6 +53,7 @@ WRITES = {  # what each command writes into its --out folder
     "rnn": "results.md, copy_length.png, curriculum.png and histories.json",
 }
 INTERRUPTED = 130  # the shell's status for a process ended by Ctrl-C (128 + SIGINT)
+TERMINATED = 143  # ... and by SIGTERM (128 + SIGTERM), as `timeout` and job schedulers send
 
 
 def print_progress(line: str) -> None:
@@ -90,6 +91,7 @@ def _int_at_least(minimum):
 
 _positive_float = _checked(float, "a number", lambda value: check_number(value, "", above=0, example="0.01"))
 _weight = _checked(float, "a number", lambda value: check_number(value, "", above=0, at_most=1, example="0.1"))
+_fraction = _checked(float, "a number", lambda value: check_number(value, "", at_least=0, at_most=1, example="0.5"))
 
 
 def _bits(text):
@@ -325,8 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     rnn.add_argument("--max-repeats", type=_int_at_least(1), default=RNN_DEFAULTS.max_repeats,
                      help=f"Repeat Copy draws R from 1 to this (default {RNN_DEFAULTS.max_repeats})")
     _add_rates(rnn, RNN_DEFAULTS, "the LSTM and the readout (Adam)")
-    rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="LAMBDA",
-                     help="DNI: the weight λ in (0, 1] of the synthetic gradient where it enters a window's "
+    rnn.add_argument("--synthetic-scale", type=_weight, default=RNN_DEFAULTS.synthetic_scale, metavar="GAMMA",
+                     help="DNI: the weight γ in (0, 1] of the synthetic gradient where it enters a window's "
                           f"backward, a discount per window (default {RNN_DEFAULTS.synthetic_scale:g})")
     rnn.add_argument("--targets", default=RNN_DEFAULTS.generator_targets, choices=TARGETS,
                      help="what the DNI generator regresses onto: 'bootstrap' (the method, default) or 'true' (a "
@@ -335,13 +337,19 @@ def build_parser() -> argparse.ArgumentParser:
                      help="DNI: the windows a bootstrapped target spans: the loss of N windows backpropagated, "
                           "then ĝ at their end (default 1, the method; N > 1 is a teaching option, as n-step "
                           "returns in temporal-difference learning)")
+    rnn.add_argument("--lambda", dest="td_lambda", type=_fraction, default=None, metavar="LAMBDA",
+                     help="DNI: regress onto the λ-return, a mixture of every n-window target weighted by λ in "
+                          "[0, 1] as in TD(λ) (0: the method's one-window target; default: not used)")
+    rnn.add_argument("--traces", action="store_true",
+                     help="with --lambda: learn the λ-return online with eligibility traces over the generator's "
+                          "parameters, accumulate BP(λ), instead of targets computed on copies")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     _add_output(rnn, "rnn", unit="cell", steps="steps", every=1000)
 
-    grader.add_arguments(commands.add_parser(
-        "grade", help="run a student's homework notebook and check each exercise",
-        description=grader.DESCRIPTION))
+    grading.add_arguments(commands.add_parser(
+        "grade", help="run students' homework notebooks and grade each exercise",
+        description=grading.DESCRIPTION))
     return parser
 
 
@@ -350,7 +358,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "grade":
-            return grader.run(args)
+            try:
+                return grading.run(args)
+            except grading.Terminated:
+                parser.exit(TERMINATED, f"sgrad grade: terminated; {_after_interrupt(args)}\n")
         command = {"compare": _compare, "paper": _paper, "parallel": _parallel, "rnn": _rnn}[args.command]
         check_out_dir(args.out, "--out")
         table = command(args)
@@ -368,7 +379,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _after_interrupt(args: argparse.Namespace) -> str:
     """What a rerun of the interrupted command would do."""
     if args.command == "grade":
-        return "nothing was graded; the notebook is as it was"
+        if args.gradebook is None and len(args.notebooks) == 1 and args.notebooks[0].suffix == ".ipynb":
+            return "nothing was graded; the notebook is as it was"
+        return "nothing was graded; the notebooks are as they were, and no gradebook was written"
     if args.checkpoint_every:
         return f"rerun the same command to resume from the checkpoints in {pathlib.Path(args.out, CHECKPOINT_FOLDER)}"
     return "no checkpoints were kept (--checkpoint-every 0)"
@@ -442,7 +455,8 @@ def _rnn(args: argparse.Namespace) -> str:
     config = RnnConfig(steps=args.steps, batch_size=args.batch_size, hidden=args.hidden, bits=args.bits,
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
                        synthetic_scale=args.synthetic_scale, generator_targets=args.targets,
-                       target_windows=args.target_windows, eval_every=args.eval_every)
+                       target_windows=args.target_windows, td_lambda=args.td_lambda, traces=args.traces,
+                       eval_every=args.eval_every)
     results = run_rnn_grid(tasks=args.tasks, methods=args.methods, windows=args.windows, seeds=args.seeds,
                            config=config, out_dir=args.out, progress=None if args.quiet else print_progress,
                            checkpoint_every=args.checkpoint_every or None)

@@ -171,6 +171,33 @@ class LinearGenerator(Generator):
                     update_rule=update_rule, seed=seed, rng=rng, dtype=dtype)
         super().__init__(net, output_dim, condition_dim)
 
+    def parameter_jacobians(self, h: np.ndarray, condition: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """dĝ/dθ of each example, keyed as :attr:`parameters`: ``(batch, output_dim, *parameter.shape)``.
+
+        ĝ_i = Σ_a x_a W_ai + b_i with x = [h, c], so dĝ_i/dW_ac = x_a [i = c] and dĝ_i/db_c = [i = c].
+        What eligibility traces accumulate (:mod:`sgrad.eligibility_traces`).
+        """
+        self._check(h, condition)
+        x = self._join(h, condition)
+        identity = np.eye(self.output_dim, dtype=x.dtype)
+        jacobians = {"weights": np.einsum("ba,ic->biac", x, identity)}
+        if self.bias is not None:
+            jacobians["bias"] = np.broadcast_to(identity, (len(x), *identity.shape)).copy()
+        return jacobians
+
+    def apply_gradients(self, gradients: dict[str, np.ndarray], alpha: float) -> None:
+        """One step of the update rule with ``gradients`` (keyed as :attr:`parameters`, each of its shape)."""
+        for name, param in self.parameters.items():
+            grad = gradients.get(name) if isinstance(gradients, dict) else None
+            if not isinstance(grad, np.ndarray) or grad.shape != param.shape or not np.isfinite(grad).all():
+                got = f"shape {grad.shape}" if isinstance(grad, np.ndarray) else repr(type(grad).__name__)
+                raise ValueError(f"gradients must map each parameter to a finite array of its shape: {name!r} is "
+                                 f"{param.shape}; got {got}")
+        alpha = validation.check_learning_rate(alpha)
+        self._gradients = {name: gradients[name] for name in self.parameters}
+        self.net.weights_grad, self.net.bias_grad = gradients["weights"], gradients.get("bias")
+        self.net.update(alpha)
+
     @property
     def update_rule(self) -> Any:
         return self.net.update_rule

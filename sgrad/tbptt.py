@@ -49,7 +49,7 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
                                             generator, generator_alpha, synthetic_scale, targets)
     batch, time, _ = x.shape
     generator_alpha = alpha if generator_alpha is None else generator_alpha
-    total, generator_losses = 0.0, []
+    total, generator_losses = 0.0, list[float]()
     for begin in range(0, time, window):
         end = min(begin + window, time)
         outputs, s_next = core.forward(x[:, begin:end], s)                                          # 1.
@@ -59,7 +59,7 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
         _, delta = core.backward(d_outputs, g_hat, input_delta=False)                               # 3. δ_k
         if generator is not None and (begin > 0 or state is not None):                              # 4.
             boundary = Boundary(core, readout, loss_fn, x[:, begin:], y[:, begin:], weights[:, begin:], s,
-                                window, delta, generator, scale, sequence_ends)
+                                window, delta, generator, scale, sequence_ends, first=not generator_losses)
             generator_losses.append(targets.learn(generator, boundary, generator_alpha))
         core.update(alpha)                                                                          # 5.
         readout.update(alpha)
@@ -82,7 +82,8 @@ def window_loss(readout: Any, outputs: np.ndarray, y: np.ndarray, weights: np.nd
 class Boundary:
     """What M's targets at the boundary s_k may use: the modules before they step, and the sequence from s_k on.
 
-    x, y, weights: the steps from s_k to the end of the batch; delta: δ_k (batch, state_dim), from step 3.
+    x, y, weights: the steps from s_k to the end of the batch; delta: δ_k (batch, state_dim), from step 3;
+    first: whether s_k is the first boundary of this call of :func:`tbptt_step`.
     """
 
     core: Any
@@ -97,21 +98,30 @@ class Boundary:
     generator: Any
     scale: float
     sequence_ends: bool
+    first: bool = True
 
     @property
     def steps_left(self) -> int:
         """The steps from s_k to the end of the batch."""
         return self.x.shape[1]
 
+    def run_copy(self, begin: int, end: int, start: np.ndarray) -> tuple[Any, np.ndarray, np.ndarray]:
+        """Steps ``begin:end`` (counted from s_k) from the state ``start``, on copies of the core and the readout.
+
+        Returns ``(the core's copy, ready for its backward, dL/d(outputs) of those steps' loss, their last state)``.
+        """
+        core, readout = copy.deepcopy((self.core, self.readout))
+        outputs, last_state = core.forward(self.x[:, begin:end], start)
+        _, d_outputs = window_loss(readout, outputs, self.y[:, begin:end], self.weights[:, begin:end], self.loss_fn,
+                                   self.x.shape[0])
+        return core, d_outputs, last_state
+
     def state_gradient(self, steps: int, *, bootstrap: bool) -> np.ndarray:
         """dL/ds_k of the loss of the next ``steps`` steps, plus γ M(s) at their end if ``bootstrap``, untruncated.
 
         Computed on copies of the core and the readout, so nothing changes.  (batch, state_dim).
         """
-        core, readout = copy.deepcopy((self.core, self.readout))
-        outputs, last_state = core.forward(self.x[:, :steps], self.state)
-        _, d_outputs = window_loss(readout, outputs, self.y[:, :steps], self.weights[:, :steps], self.loss_fn,
-                                   self.x.shape[0])
+        core, d_outputs, last_state = self.run_copy(0, steps, self.state)
         g_hat = self.scale * self.generator.predict(last_state) if bootstrap else None
         return core.backward(d_outputs, g_hat, input_delta=False)[1]
 
@@ -136,6 +146,7 @@ def check_tbptt(core, readout, x, y, loss_fn, alpha, window, mask, state, sequen
         raise ValueError(f"targets={targets!r} sets a generator's targets, but none was given; pass generator=...")
     if generator is not None:
         _check_generator(generator, core, start)
+        targets.check(generator)
     return start, window, weights, scale
 
 

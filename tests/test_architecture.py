@@ -22,15 +22,15 @@ LAYERS = [
     ["layers", "batchnorm", "blocks", "recurrent", "conv"],
     ["generators"],
     ["dni"],
-    ["steps", "boundary_targets", "tbptt", "divergence", "batches", "evaluation", "checkpoint", "course",
-     "course.checkers", "course.solutions", "blackbox", "__init__"],
+    ["steps", "boundary_targets", "eligibility_traces", "tbptt", "divergence", "batches", "evaluation", "checkpoint",
+     "course", "course.driver", "course.checkers", "course.ownwork", "course.solutions", "blackbox", "__init__"],
     ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells",
      "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments", "experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn",
      "experiments.parallel", "experiments.rnn", "experiments.char_lm", "experiments.lstm_model", "plotting",
-     "course.grader"],
-    ["cli", "__main__"],
+     "course.processes", "course.grader", "course.gradebook", "course.autograder"],
+    ["cli", "__main__", "course.command"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}
 

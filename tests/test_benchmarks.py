@@ -195,3 +195,24 @@ def test_the_peer_adapter_draws_its_ablation_as_a_png(tmp_path):
                              "--out", str(tmp_path / "ablation.png")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_bp_lambda_cost_benchmark_prints_a_row_per_method_against_one_window_dni(capsys):
+    bp_lambda_cost = pytest.importorskip("bp_lambda_cost")
+    assert bp_lambda_cost.main(["--hidden", "4", "--length", "2", "--rounds", "1"]) == 0
+    rows = [line.strip("| ").split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [row[0] for row in rows[1:]] == ["one-window DNI", "λ-return, λ = 0.5", "BP(λ), λ = 0.5"]
+    assert rows[1][2] == rows[1][4] == "1.0"
+    assert all(float(cell) > 0 for row in rows[1:] for cell in row[1:])
+
+
+def test_the_peer_adapter_builds_the_peers_copy_repeat_task_and_trains_sgrad_at_its_setting():
+    bp_lambda_peer = pytest.importorskip("bp_lambda_peer")
+    x, y, mask = bp_lambda_peer.copy_repeat_batch(2, 3, np.random.default_rng(0))
+    assert x.shape == (100, 11, 10) and y.shape == (100, 11, 9) and mask.shape == (100, 11)
+    assert (x[:, 0, 8] == 1).all() and np.allclose(x[:, 3, 9], 0.3) and (y[:, -1, 8] == 1).all()
+    for repeat in range(3):  # the vectors of steps 1 and 2, three times from step 4
+        np.testing.assert_array_equal(y[:, 4 + 2 * repeat:6 + 2 * repeat, :8], x[:, 1:3, :8])
+    assert mask[:, :4].sum() == 0 and np.allclose(mask.sum(axis=1) * 9, 1.0)  # the mean over scored steps, channels
+    curve = bp_lambda_peer.run_sgrad(2, 0, 1.0, 0.9)
+    assert curve["last_step"] == 2 and curve["N"][0] == curve["R"][0] == 1

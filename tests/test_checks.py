@@ -268,3 +268,28 @@ def test_numerical_gradient_matches_a_known_derivative_and_restores_x():
 def test_relative_error_is_the_largest_gap_over_the_largest_magnitude():
     assert relative_error([1.0, 2.0], [1.0, 2.0]) == 0.0
     assert relative_error([1.0, 2.0], [1.0, 2.2]) == pytest.approx(0.2 / 4.2)
+
+
+# --- the student's own code (issue 27, point 1) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("checker, parent, method", [
+    pytest.param(check_layer_backward, Layer, "backward", marks=pytest.mark.exercise_backward),
+    pytest.param(check_dni_update, DNI, "forward_and_synthetic_update", marks=pytest.mark.exercise_dni_update),
+    pytest.param(check_generator_update, DNI, "update_synthetic_weights",
+                 marks=pytest.mark.exercise_generator_update)])
+def test_a_class_that_inherits_sgrads_method_fails(checker, parent, method):
+    empty = type("MyClass", (parent,), {})
+    result = checker(empty)
+    assert not result.passed
+    assert result.message.startswith(f"MyClass does not define {method}: it runs sgrad's {parent.__name__}.{method}, "
+                                     "which it inherits.")
+
+
+@pytest.mark.exercise_backward
+@pytest.mark.parametrize("delegation", ["return Layer.backward(self, output_delta)",
+                                        "return super().backward(output_delta)"])
+def test_a_backward_that_hands_its_work_to_sgrads_fails(delegation):
+    result = check_layer_backward(planted(MY_LAYER, (body(MY_LAYER), f"        {delegation}\n")))
+    assert not result.passed
+    assert result.message.startswith("backward() called Layer.backward(), which this exercise forbids.")

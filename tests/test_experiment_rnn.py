@@ -36,6 +36,12 @@ def test_a_generous_threshold_raises_n_at_every_measurement():
     assert history["length"] == [1, 2, 3] and history["solved"] == 3 and history["solved_at"] == [20, 40, 60]
 
 
+@pytest.mark.parametrize("traces", [False, True], ids=["λ-return", "BP(λ)"])
+def test_a_dni_cell_trains_on_the_lambda_return_and_records_it(traces):
+    history = train_cell("copy", "dni", 2, dataclasses.replace(TINY, td_lambda=0.5, traces=traces))
+    assert history["step"] == [20, 40] and all(np.isfinite(history["error"]))
+
+
 def test_every_method_starts_from_the_same_core_and_readout():
     bptt, dni = build_model("copy", "bptt", TINY), build_model("copy", "dni", TINY)
     assert len(bptt) == 2 and len(dni) == 3 and dni[2].output_dim == dni[0].state_dim == 2 * TINY.hidden
@@ -62,6 +68,12 @@ def test_bad_settings_are_refused_with_what_came():
         RnnConfig(target_windows=0)
     with pytest.raises(ValueError, match="target_windows=2 asks for n-step bootstrapped targets instead"):
         RnnConfig(generator_targets="true", target_windows=2)
+    with pytest.raises(ValueError, match=r"td_lambda must be a finite number in \[0, 1\], e.g. 0.5; got 1.5"):
+        RnnConfig(td_lambda=1.5)
+    with pytest.raises(ValueError, match=r"td_lambda=0.5 mixes every n-window target already"):
+        RnnConfig(td_lambda=0.5, target_windows=2)
+    with pytest.raises(ValueError, match=r"traces=True learns the λ-return online: give td_lambda too"):
+        RnnConfig(traces=True)
     with pytest.raises(ValueError, match="unknown task .addition.; choose one of .copy., .repeat-copy."):
         train_cell("addition", "dni", 2, TINY)
     with pytest.raises(ValueError, match="methods must be a non-empty list drawn from bptt, dni; got \\['dni-aux'\\]"):
@@ -135,6 +147,9 @@ def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path
     (["--targets", "exact"], "argument --targets: invalid choice: 'exact' (choose from"),
     (["--synthetic-scale", "2"], "argument --synthetic-scale: must be a finite number in (0, 1], e.g. 0.1; got 2.0"),
     (["--target-windows", "0"], "argument --target-windows: must be at least 1; got 0"),
+    (["--lambda", "1.5"], "argument --lambda: must be a finite number in [0, 1], e.g. 0.5; got 1.5"),
+    (["--lambda", "half"], "argument --lambda: expected a number; got 'half'"),
+    (["--traces"], "traces=True learns the λ-return online: give td_lambda too"),
     (["--targets", "true", "--target-windows", "2"], "generator_targets='true' backpropagates through every later "
                                                      "step already; target_windows=2 asks for n-step"),
 ])

@@ -31,7 +31,6 @@ through ``super().backward`` alone is not seen.  sgrad's own classes take the
 one public path, and pass.
 """
 
-import contextlib
 import copy
 import os
 import traceback
@@ -45,6 +44,8 @@ from numpy.typing import ArrayLike
 from .. import kernels
 from ..dni import DNI
 from ..generators import regression_loss
+from ..layers import Layer
+from . import driver
 
 TOLERANCE = 1e-6  # largest relative error accepted; a correct float64 answer is near 1e-9 or below
 BATCH = 8
@@ -71,6 +72,50 @@ class CheckResult:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))  # a bare result in a notebook cell shows as if printed
+
+
+# --- the exercises: the inputs a checker chooses, and its judge of what the student's code gave ----------
+
+
+EXERCISE_TITLES = {"backward": "Layer.backward", "dni_update": "DNI.forward_and_synthetic_update",
+                   "generator_update": "DNI.update_synthetic_weights"}
+
+
+def exercise_inputs(exercise: str, seed: int = 0) -> dict[str, Any]:
+    """The inputs that the checker of ``exercise`` ("backward", "dni_update", "generator_update") drives the
+    student's class on: ``{"cases": [...]}``, each case the constructor's arguments and the arrays."""
+    if exercise == "backward":
+        return {"cases": [{"nonlin": nonlin, "input_dim": input_dim, "output_dim": output_dim, "seed": seed,
+                           "x": np.random.default_rng(seed + 1).standard_normal((BATCH, input_dim)),
+                           "R": np.random.default_rng(seed).standard_normal((BATCH, output_dim))}
+                          for nonlin, input_dim, output_dim in BACKWARD_CASES]}
+    cases = []
+    for nonlin, input_dim, output_dim, condition_dim in DNI_CASES:
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((BATCH, input_dim))
+        c = rng.standard_normal((BATCH, condition_dim)) if condition_dim else None
+        cases.append({"nonlin": nonlin, "input_dim": input_dim, "output_dim": output_dim,
+                      "condition_dim": condition_dim, "alpha": ALPHA, "generator_alpha": GENERATOR_ALPHA,
+                      "seed": seed, "x": x, "c": c, "target": rng.standard_normal((BATCH, output_dim))})
+    return {"cases": cases}
+
+
+def judge(exercise: str, inputs: dict[str, Any], record: dict[str, Any], raise_on_failure: bool = False) -> CheckResult:
+    """The verdict on ``exercise``: the ``record`` that :func:`sgrad.course.driver.drive` made of the student's
+    code on ``inputs``, compared with what sgrad's reference code gives on the same inputs."""
+    judges = {"backward": (_judge_backward, _backward_passed), "dni_update": (_judge_dni_update, _dni_passed),
+              "generator_update": (_judge_generator_update, _generator_passed)}
+    judge_case, passed = judges[exercise]
+
+    def check():
+        if len(record["cases"]) != len(inputs["cases"]):
+            raise _Failure(f"the check expected {len(inputs['cases'])} answers and got {len(record['cases'])}")
+        for case, out in zip(inputs["cases"], record["cases"]):
+            if "broken" in out:
+                raise _Failure(f"the check could not run: {_one_line(out['broken'])}")
+            judge_case(case, out)
+        return passed(inputs["cases"])
+    return _result(EXERCISE_TITLES[exercise], check, raise_on_failure)
 
 
 # --- numerical gradients ---------------------------------------------------------------------
@@ -222,28 +267,56 @@ def check_layer_backward(layer_factory_or_class: Callable[..., Any], *, seed: in
     """Gradient-check ``backward`` of fresh layers: tanh 3→5, sigmoid 5→2, relu 4→4, each with a bias.
 
     ``layer_factory_or_class`` is a Layer subclass, or any function called as
-    ``make(input_dim, output_dim, nonlin, seed=seed)`` that returns a layer.
+    ``make(input_dim, output_dim, nonlin, seed=seed)`` that returns a layer
+    with the weights of ``Layer(input_dim, output_dim, nonlin, seed=seed)``.
     backward must also store dL/dz in ``weight_output_delta``, and leave the
-    weights unchanged.  Recognises a missing nonlinearity derivative, one taken
-    at the pre-activation or at f(h), a transposed weight gradient, a wrong
-    sign and a gradient averaged over the batch.
+    weights unchanged.  A class written outside sgrad must define backward
+    itself, not run sgrad's.  Recognises a missing nonlinearity derivative,
+    one taken at the pre-activation or at f(h), a transposed weight gradient,
+    a wrong sign and a gradient averaged over the batch.
     """
-    def check():
-        for nonlin, input_dim, output_dim in BACKWARD_CASES:
-            layer = _run(f"{_name(layer_factory_or_class)}({input_dim}, {output_dim}, {nonlin!r}, seed={seed})",
-                         layer_factory_or_class, input_dim, output_dim, nonlin, seed=seed)
-            x = np.random.default_rng(seed + 1).standard_normal((BATCH, input_dim))
-            backward = _run_backward(layer, x, seed, eps=1e-6)
-            reference = backward.reference
-            hints = _backward_mistakes(reference, x, backward.R)
-            checks = [(label, mine, theirs, hints[label]) for label, (mine, theirs) in backward.gradients.items()]
-            checks.append((WEIGHT_OUTPUT_DELTA, _copy(getattr(layer, "weight_output_delta", None)),
-                           backward.R * reference.nonlin_deriv(backward.h), hints[WEIGHT_OUTPUT_DELTA]))
-            _report_backward(checks, backward.changed, where=f" ({nonlin} layer, {input_dim} → {output_dim})")
-        cases = ", ".join(f"{nonlin} {i} → {o}" for nonlin, i, o in BACKWARD_CASES)
-        return (f"{cases}: weights, bias and input gradients, and weight_output_delta, all within {TOLERANCE:g} "
-                "of central differences")
-    return _result("Layer.backward", check, raise_on_failure)
+    inputs = exercise_inputs("backward", seed)
+    return judge("backward", inputs, driver.drive("backward", layer_factory_or_class, inputs), raise_on_failure)
+
+
+def _judge_backward(case, out):
+    nonlin, input_dim, output_dim = case["nonlin"], case["input_dim"], case["output_dim"]
+    where = f" ({nonlin} layer, {input_dim} → {output_dim})"
+    reference = Layer(input_dim, output_dim, nonlin, seed=case["seed"])
+    _refuse_sgrads_own(out, "backward", "Layer.backward")
+    _raise_for(out)
+    _refuse_calls("backward()", out["calls"], FORBIDDEN_IN_BACKWARD)
+    _same_start(out["parameters"], reference.parameters, f"{out['class_name']}({input_dim}, {output_dim}, "
+                f"{nonlin!r}, seed={case['seed']})", "Layer")
+    x, R = case["x"].copy(), case["R"]  # x: nudged in place by the central differences, and restored
+    h = reference.forward(x)
+
+    def loss():
+        return float(np.sum(reference.forward(x) * R))
+
+    parameters = reference.parameters
+    expected = {name: numerical_gradient(loss, param) for name, param in parameters.items()}
+    expected["input"] = numerical_gradient(loss, x)
+    received = dict(out["gradients"], input=out["input_delta"])
+    hints = _backward_mistakes(reference, x, R)
+    checks = [(f"dL/d{name}", received[name], expected[name], hints[f"dL/d{name}"]) for name in expected]
+    checks.append((WEIGHT_OUTPUT_DELTA, out["weight_output_delta"], R * reference.nonlin_deriv(h),
+                   hints[WEIGHT_OUTPUT_DELTA]))
+    changed = [name for name, param in out["parameters"].items()
+               if not _same_array(out["parameters_after"].get(name), param)]
+    _report_backward(checks, changed, where=where)
+
+
+def _backward_passed(cases):
+    listed = ", ".join(f"{case['nonlin']} {case['input_dim']} → {case['output_dim']}" for case in cases)
+    return (f"{listed}: weights, bias and input gradients, and weight_output_delta, all within {TOLERANCE:g} "
+            "of central differences")
+
+
+FORBIDDEN_IN_BACKWARD = (
+    "a forbidden call",
+    "it is sgrad's implementation of the method you are asked to write. Compute dL/dz, the gradients and the "
+    "input delta with arrays.")
 
 
 def _backward_mistakes(layer, x, R):
@@ -342,50 +415,56 @@ def check_dni_update(dni_class_or_factory: Callable[..., Any], *, seed: int = 0,
 
     ``dni_class_or_factory`` is a DNI subclass or any function called as
     ``make(input_dim, output_dim, nonlin, alpha=..., condition_dim=...,
-    generator_alpha=..., generator_init='blog', seed=...)``.  A step written
-    outside sgrad must not call ``self.backward`` or ``self.update``.
-    Recognises the wrong update sign (the blog post's), on the weights or the
-    bias alone, a missing nonlinearity derivative or one taken at the
-    pre-activation or at f(h), a step divided by the batch size, a forgotten
-    bias, a delta scaled by ±alpha and a delta computed with the post-update
-    weights (the blog post's, or through a view of them).
+    generator_alpha=..., generator_init='blog', seed=...)`` that returns a layer
+    with the parameters of sgrad's DNI built so.  A step written outside
+    sgrad must be the class's own and must not call ``self.backward`` or
+    ``self.update``.  Recognises the wrong update sign (the blog post's), on
+    the weights or the bias alone, a missing nonlinearity derivative or one
+    taken at the pre-activation or at f(h), a step divided by the batch size,
+    a forgotten bias, a delta scaled by ±alpha and a delta computed with the
+    post-update weights (the blog post's, or through a view of them).
     """
-    def check():
-        for layer, x, c, _, (nonlin, input_dim, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
-            where = f" ({nonlin} DNI, {input_dim} → {output_dim}{', conditioned' if condition_dim else ''})"
-            expected, mistakes, dz = _reference_dni_step(layer, x, c)
-            watched = [] if _defined_in_sgrad(layer, "forward_and_synthetic_update") else [
-                (layer, "backward", "self.backward()"), (layer, "update", "self.update()"),
-                (getattr(layer, "update_rule", None), "step", "the parent class's update()")]
-            with _watching(watched) as calls:
-                returned = _run("forward_and_synthetic_update()", layer.forward_and_synthetic_update, x.copy(), c)
-            _refuse_calls("forward_and_synthetic_update()", calls, FORBIDDEN_IN_STEP)
-            input_delta, output = _delta_and_output(returned, expected)
-            received = {"output": output, "synthetic_gradient": layer.synthetic_gradient,
-                        "weights": layer.weights, "bias": layer.bias, "input_delta": input_delta}
-            mistakes["input_delta"] += _post_update_deltas(dz, expected["weights"], layer.weights)
-            _report([(DNI_LABELS[name], value, expected[name], mistakes[name]) for name, value in received.items()],
-                    where=where)
-        return ("plain and conditioned DNI: output, ĝ, weights, bias and input_delta all match one descent step "
-                "on ĝ, with the delta from the pre-update weights")
-    return _result("DNI.forward_and_synthetic_update", check, raise_on_failure)
+    inputs = exercise_inputs("dni_update", seed)
+    return judge("dni_update", inputs, driver.drive("dni_update", dni_class_or_factory, inputs), raise_on_failure)
 
 
-def _dni_cases(make, seed):
-    """For each of DNI_CASES: a fresh layer, an input batch x, a condition c (or None), the rng, and the case."""
-    for case in DNI_CASES:
-        nonlin, input_dim, output_dim, condition_dim = case
-        layer = _build_dni(make, nonlin, input_dim, output_dim, condition_dim, seed)
-        rng = np.random.default_rng(seed)
-        x = rng.standard_normal((BATCH, input_dim))
-        c = rng.standard_normal((BATCH, condition_dim)) if condition_dim else None
-        yield layer, x, c, rng, case
+def _judge_dni_update(case, out):
+    where = (f" ({case['nonlin']} DNI, {case['input_dim']} → {case['output_dim']}"
+             f"{', conditioned' if case['condition_dim'] else ''})")
+    reference = _reference_dni(case)
+    _refuse_sgrads_own(out, "forward_and_synthetic_update", "DNI.forward_and_synthetic_update")
+    _raise_for(out)
+    _refuse_calls("forward_and_synthetic_update()", out["calls"], FORBIDDEN_IN_STEP)
+    _same_dni_start(out, reference, case)
+    expected, mistakes, dz = _reference_dni_step(reference, case["x"], case["c"])
+    input_delta, output = _delta_and_output(out["returned"], expected)
+    received = {"output": output, "synthetic_gradient": out["synthetic_gradient"],
+                "weights": out["weights"], "bias": out["bias"], "input_delta": input_delta}
+    mistakes["input_delta"] += _post_update_deltas(dz, expected["weights"], out["weights"])
+    _report([(DNI_LABELS[name], value, expected[name], mistakes[name]) for name, value in received.items()],
+            where=where)
 
 
-def _build_dni(make, nonlin, input_dim, output_dim, condition_dim, seed):
-    return _run(f"{_name(make)}({input_dim}, {output_dim}, {nonlin!r}, ...)", make,
-                input_dim, output_dim, nonlin, alpha=ALPHA, condition_dim=condition_dim,
-                generator_alpha=GENERATOR_ALPHA, generator_init="blog", seed=seed)
+def _dni_passed(cases):
+    return ("plain and conditioned DNI: output, ĝ, weights, bias and input_delta all match one descent step "
+            "on ĝ, with the delta from the pre-update weights")
+
+
+def _reference_dni(case):
+    """sgrad's DNI, built as the checked class is."""
+    return DNI(case["input_dim"], case["output_dim"], case["nonlin"], alpha=case["alpha"],
+               condition_dim=case["condition_dim"], generator_alpha=case["generator_alpha"], generator_init="blog",
+               seed=case["seed"])
+
+
+def _same_dni_start(out, reference, case):
+    """Fail unless the checked layer was built with the parameters of sgrad's DNI (a zero generator, said so)."""
+    generator = {name: value for name, value in out["parameters"].items() if name.startswith("generator")}
+    if generator and all(isinstance(value, np.ndarray) and not np.any(value) for value in generator.values()):
+        raise _Failure("this check needs a generator with non-zero weights, so that ĝ is not zero: "
+                       "build the layer with generator_init='blog'")
+    _same_start(out["parameters"], _with_generator(reference),
+                f"{out['class_name']}({case['input_dim']}, {case['output_dim']}, {case['nonlin']!r}, ...)", "DNI")
 
 
 def _reference_dni_step(layer, x, c):
@@ -436,9 +515,9 @@ def _post_update_deltas(dz, right_weights_after, weights_after):
 
 
 def _delta_and_output(returned, expected):
-    if not isinstance(returned, tuple) or len(returned) != 2:
+    if isinstance(returned, dict):
         raise _Failure(f"forward_and_synthetic_update must return the pair (input_delta, output); "
-                       f"got {_kind(returned)}")
+                       f"got {_one_line(returned['kind'])}")
     input_delta, output = returned
     if _matches(input_delta, expected["output"]) and _matches(output, expected["input_delta"]):
         raise _Failure("forward_and_synthetic_update returned (output, input_delta); "
@@ -518,41 +597,44 @@ def check_generator_update(dni_class_or_factory: Callable[..., Any], *, seed: in
     descent step, with ``generator_alpha``, on
     ``L_M = 1/(2 batch) * sum((ĝ - target)**2)`` and return L_M from before
     the step.  Builds the layers as :func:`check_dni_update` does.  An update
-    written outside sgrad must not call ``self.generator.update``.  Recognises
-    the wrong update sign (on the bias alone too), a forgotten bias, a step
-    not divided by the batch size, divided twice or by batch × width, halved or doubled, a
-    transposed weight gradient, the condition left out of the generator's
-    input, and a generator trained towards something other than the target it
-    was given (-target, zero, its own prediction, ...).
+    written outside sgrad must be the class's own and must not call
+    ``self.generator.update``.  Recognises the wrong update sign (on the bias
+    alone too), a forgotten bias, a step not divided by the batch size, divided
+    twice or by batch × width, halved or doubled, a transposed weight gradient,
+    the condition left out of the generator's input, and a generator trained
+    towards something other than the target it was given (-target, zero, its
+    own prediction, ...).
     """
-    def check():
-        for layer, x, c, rng, (nonlin, _, output_dim, condition_dim) in _dni_cases(dni_class_or_factory, seed):
-            where = f" ({nonlin} DNI, {output_dim} outputs{', conditioned' if condition_dim else ''})"
-            target = rng.standard_normal((BATCH, output_dim))
-            if isinstance(layer, DNI):  # sgrad's own step, so that this check grades the generator update alone
-                _run("DNI.forward_and_synthetic_update()", DNI.forward_and_synthetic_update, layer, x, c)
-            else:
-                _run("forward_and_synthetic_update()", layer.forward_and_synthetic_update, x, c)
-            expected, mistakes = _reference_generator_step(layer, target, c)
-            watched = [] if _defined_in_sgrad(layer, "update_synthetic_weights") else [
-                (layer.generator, "update", "self.generator.update()"),
-                (getattr(layer.generator, "net", None), "update", "self.generator.net.update()")]
-            try:
-                with _watching(watched) as calls:
-                    loss = _run("update_synthetic_weights()", layer.update_synthetic_weights, target.copy())
-            except _Raised as failure:
-                if condition_dim and isinstance(failure.error, ValueError):  # the plain case has passed
-                    raise _Failure(f"{failure}\nThe plain DNI passed; only the conditioned one fails.\n"
-                                   f"Hint ({CONDITION_DROPPED[0]}): {CONDITION_DROPPED[1]}") from None
-                raise
-            _refuse_calls("update_synthetic_weights()", calls, FORBIDDEN_IN_GENERATOR_STEP)
-            received = {f"self.generator.{name}": param for name, param in layer.generator.parameters.items()}
-            received["the returned loss L_M"] = loss
-            _report([(label, value, expected[label], mistakes[label]) for label, value in received.items()],
-                    where=where)
-        return ("plain and conditioned generator: one descent step on L_M towards the target, "
-                "and L_M from before the step returned")
-    return _result("DNI.update_synthetic_weights", check, raise_on_failure)
+    inputs = exercise_inputs("generator_update", seed)
+    return judge("generator_update", inputs, driver.drive("generator_update", dni_class_or_factory, inputs),
+                 raise_on_failure)
+
+
+def _judge_generator_update(case, out):
+    where = f" ({case['nonlin']} DNI, {case['output_dim']} outputs{', conditioned' if case['condition_dim'] else ''})"
+    reference = _reference_dni(case)
+    _refuse_sgrads_own(out, "update_synthetic_weights", "DNI.update_synthetic_weights")
+    try:
+        _raise_for(out)
+    except _Raised as failure:
+        if (case["condition_dim"] and failure.error == "ValueError"  # the plain case has passed
+                and out["error"]["stage"] == "update_synthetic_weights()"):
+            raise _Failure(f"{failure}\nThe plain DNI passed; only the conditioned one fails.\n"
+                           f"Hint ({CONDITION_DROPPED[0]}): {CONDITION_DROPPED[1]}") from None
+        raise
+    _refuse_calls("update_synthetic_weights()", out["calls"], FORBIDDEN_IN_GENERATOR_STEP)
+    _same_dni_start(out, reference, case)
+    DNI.forward_and_synthetic_update(reference, case["x"], case["c"])
+    expected, mistakes = _reference_generator_step(reference, case["target"], case["c"])
+    received = {f"self.generator.{name}": value for name, value in out["generator_after"].items()
+                if f"self.generator.{name}" in expected}
+    received["the returned loss L_M"] = out["loss"]
+    _report([(label, received.get(label), expected[label], mistakes[label]) for label in expected], where=where)
+
+
+def _generator_passed(cases):
+    return ("plain and conditioned generator: one descent step on L_M towards the target, "
+            "and L_M from before the step returned")
 
 
 def _reference_generator_step(layer, target, c):
@@ -606,42 +688,6 @@ def _reference_generator_step(layer, target, c):
 # --- calls that an exercise forbids --------------------------------------------------------------
 
 
-def _defined_in_sgrad(obj, method):
-    """Whether ``obj``'s ``method`` is sgrad's own: sgrad's reference steps take the one public path."""
-    for cls in type(obj).__mro__:
-        if method in vars(cls):
-            return cls.__module__.split(".")[0] == __name__.split(".")[0]
-    return False
-
-
-@contextlib.contextmanager
-def _watching(watched):
-    """Log each call of the ``(object, method name, label)`` triples while the block runs; yields the log.
-
-    The calls still happen (the checked code runs as written); the wrappers are instance attributes of
-    the objects, removed when the block ends.
-    """
-    calls = []
-    installed = []
-    for owner, name, label in watched:
-        method = getattr(owner, name, None)
-        own = getattr(owner, "__dict__", None)
-        if not callable(method) or own is None or name in own:  # nothing to watch, or no room for a wrapper
-            continue
-
-        def logged(*args, _method=method, _label=label, **kwargs):
-            calls.append(_label)
-            return _method(*args, **kwargs)
-
-        setattr(owner, name, logged)
-        installed.append((owner, name))
-    try:
-        yield calls
-    finally:
-        for owner, name in installed:
-            delattr(owner, name)
-
-
 # A watched call made by another one (self.update() steps through the update rule): named only alone.
 REACHED_THROUGH = {"the parent class's update()": "self.update()",
                    "self.generator.net.update()": "self.generator.update()"}
@@ -649,10 +695,35 @@ REACHED_THROUGH = {"the parent class's update()": "self.update()",
 
 def _refuse_calls(what, calls, hint):
     """Fail, naming the forbidden methods that ``what`` called (in the order of their first call)."""
-    named = [label for label in dict.fromkeys(calls) if REACHED_THROUGH.get(label) not in calls]
+    named = [_one_line(label) for label in dict.fromkeys(calls) if REACHED_THROUGH.get(label) not in calls]
     if named:
         raise _Failure(f"{what} called {' and '.join(named)}, which this exercise forbids.\n"
                        f"Hint ({hint[0]}): {hint[1]}")
+
+
+def _refuse_sgrads_own(out, method, sgrads):
+    """Fail if the checked class, written outside sgrad, runs sgrad's ``method`` instead of its own."""
+    if out.get("defined_by") == "inherited":
+        name = _one_line(out["class_name"])
+        raise _Failure(f"{name} does not define {method}: it runs sgrad's {sgrads}, which it inherits. "
+                       f"Write {method} in the body of class {name}.")
+
+
+def _same_start(received, expected, built, sgrads):
+    """Fail unless the parameters the checked class was built with are those of sgrad's ``sgrads`` built so."""
+    if set(received) != set(expected) or not all(_same_array(received[name], value)
+                                                  for name, value in expected.items()):
+        raise _Failure(f"{_one_line(built)} built parameters that differ from sgrad's {sgrads} built with the same "
+                       f"arguments: keep {sgrads}'s constructor (the check chooses the starting weights by the seed).")
+
+
+def _with_generator(layer):
+    return dict(layer.parameters, **{f"generator.{name}": value for name, value in layer.generator.parameters.items()})
+
+
+def _same_array(received, expected):
+    return (isinstance(received, np.ndarray) and received.shape == np.shape(expected)
+            and bool(np.all(np.abs(received - expected) <= 1e-12 * (1 + np.abs(expected)))))
 
 
 # --- running the checked code and reporting --------------------------------------------------
@@ -663,7 +734,7 @@ class _Failure(Exception):
 
 
 class _Raised(_Failure):
-    """A failure because the checked code raised ``error``."""
+    """A failure because the checked code raised an exception of type ``error`` (its name)."""
 
     def __init__(self, message, error):
         super().__init__(message)
@@ -677,7 +748,7 @@ def _result(name, check, raise_on_failure):
     except _Failure as failure:
         result = CheckResult(name, False, str(failure))
     except Exception as error:  # the checked object broke a convention the check relies on
-        message = f"the check could not run: {type(error).__name__}: {error}{_where(error)}"
+        message = f"the check could not run: {type(error).__name__}: {_one_line(str(error))}{_where(error)}"
         result = CheckResult(name, False, message)
     if raise_on_failure and not result.passed:
         raise AssertionError(str(result))
@@ -691,7 +762,20 @@ def _run(what, function, *args, **kwargs):
     except NotImplementedError:
         raise _Failure(f"not implemented yet: fill in {what}") from None
     except Exception as error:
-        raise _Raised(f"{what} raised {type(error).__name__}: {error}{_where(error)}", error) from None
+        raise _Raised(f"{what} raised {type(error).__name__}: {_one_line(str(error))}{_where(error)}",
+                      type(error).__name__) from None
+
+
+def _raise_for(out):
+    """Fail as :func:`_run` does if the record ``out`` says a stage of the checked code raised."""
+    error = out.get("error")
+    if error is None:
+        return
+    stage = _one_line(error["stage"])
+    if error["not_implemented"]:
+        raise _Failure(f"not implemented yet: fill in {stage}")
+    raise _Raised(f"{stage} raised {_one_line(error['type'])}: {_one_line(error['message'])}"
+                  f"{_one_line(error['where'])}", error["type"])
 
 
 _LIBRARIES = tuple(os.path.dirname(str(module.__file__)) + os.sep for module in (kernels, np))
@@ -702,6 +786,14 @@ def _where(error):
     frames = [frame for frame in traceback.extract_tb(error.__traceback__)
               if not frame.filename.startswith(_LIBRARIES)]
     return f" (in {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
+
+
+def _one_line(text, limit=300):
+    """``text`` (which came from the checked code) on one line: control characters shown as escapes, cut at
+    ``limit`` characters, so that nothing it holds can pass for a line of the report."""
+    text = str(text)
+    shown = "".join(char if char.isprintable() and char not in "\u2028\u2029" else repr(char)[1:-1] for char in text)
+    return shown if len(shown) <= limit else shown[:limit] + "…"
 
 
 def _report(checks, where=""):
@@ -734,6 +826,8 @@ def _mismatch(received, expected):
     """None if ``received`` matches ``expected``, else what is wrong with it, in a few words."""
     if received is None:
         return "is None; expected " + (f"an array of shape {expected.shape}" if expected.shape else "a number")
+    if isinstance(received, dict):  # a driver's record of an answer that is not an array
+        return f"is {_one_line(received.get('kind'))}; expected an array of numbers"
     try:
         received = np.asarray(received, dtype=np.float64)
     except (TypeError, ValueError):
@@ -770,11 +864,4 @@ def _copy(value):
     return None if value is None else np.array(value, dtype=np.float64)
 
 
-def _kind(value):
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of length {len(value)}"
-    return f"a value of type {type(value).__name__}"
-
-
-def _name(function):
-    return getattr(function, "__name__", type(function).__name__)
+_kind = driver._kind  # "a tuple of length 3", "a value of type str"

@@ -37,10 +37,11 @@ import numpy as np
 from data_gen.copy_task import PAPER_THRESHOLD, Curriculum, bits_error, copy_batch, repeat_copy_batch
 
 from ..batches import BatchOrder
-from ..boundary_targets import ONE_WINDOW, BoundaryTargets, NWindows, Untruncated
+from ..boundary_targets import ONE_WINDOW, BoundaryTargets, LambdaReturn, NWindows, Untruncated
+from ..eligibility_traces import BPLambda
 from ..losses import bce_with_logits
 from ..tbptt import tbptt_step
-from ..validation import check_choice, check_integer, check_number
+from ..validation import check_bool, check_choice, check_integer, check_number
 from .cells import CellCache
 from .files import atomic_write_text, check_out_dir, checkpoint_path
 from .loop import RunName, run_and_report, train_loop
@@ -64,7 +65,7 @@ class RnnConfig:
     eval_every : steps between the curriculum's measurements, each on a fresh batch.
     update_rule, alpha, generator_alpha : the core's, the readout's and the
         generator's update rule and learning rates (``generator_alpha=None``: alpha).
-    synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
+    synthetic_scale : γ, the weight of ĝ where it enters a window's backward (DNI; see
         :func:`~sgrad.tbptt.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
     generator_targets : what the DNI generator regresses onto: 'bootstrap' (the default, the method) or
         'true' (a teaching option: the untruncated gradient of the rest of the sequence at each boundary,
@@ -74,6 +75,12 @@ class RnnConfig:
         targets=NWindows(n))``): 1 (the default) is the method; n > 1 (a teaching option between 'bootstrap' and
         'true') backpropagates the loss of n windows, then bootstraps with ĝ at their end, as n-step returns do
         in temporal-difference learning.  Only with generator_targets='bootstrap'.
+    td_lambda : λ in [0, 1]: M regresses onto the λ-return, a λ-weighted mixture of every n-window target
+        (``tbptt_step(..., targets=LambdaReturn(λ))``, computed on copies); None (the default): the method's
+        one-window targets.  λ = 0 is the method; λ = 1 the untruncated targets.
+    traces : with td_lambda, learn the same online, with eligibility traces over M's parameters instead of
+        targets on copies: accumulate BP(λ) (``targets=BPLambda(λ)``; costly for a wide state: each trace holds
+        state_dim² (state_dim + 1) numbers per sequence).
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for every method) and the sequences drawn.
     """
@@ -91,6 +98,8 @@ class RnnConfig:
     synthetic_scale: float = 1.0
     generator_targets: str = "bootstrap"
     target_windows: int = 1
+    td_lambda: float | None = None
+    traces: bool = False
     dtype: str = "float64"
     seed: int = 0
 
@@ -99,6 +108,9 @@ class RnnConfig:
             **check_recurrent_settings(self, scale_example="0.1"),
             "generator_targets": check_choice(self.generator_targets, "generator_targets", TARGETS),
             "target_windows": check_integer(self.target_windows, "target_windows"),
+            "td_lambda": None if self.td_lambda is None else check_number(self.td_lambda, "td_lambda", at_least=0,
+                                                                          at_most=1, example="0.5"),
+            "traces": check_bool(self.traces, "traces"),
             "bits": check_integer(self.bits, "bits"),
             "max_repeats": check_integer(self.max_repeats, "max_repeats"),
             "threshold": check_number(self.threshold, "threshold", above=0, example="0.15"),
@@ -107,6 +119,11 @@ class RnnConfig:
             raise ValueError(f"generator_targets='true' backpropagates through every later step already; "
                              f"target_windows={self.target_windows} asks for n-step bootstrapped targets instead: "
                              "give one of the two")
+        if self.td_lambda is not None and (self.generator_targets == "true" or self.target_windows != 1):
+            raise ValueError(f"td_lambda={self.td_lambda:g} mixes every n-window target already; give it without "
+                             "generator_targets='true' and target_windows")
+        if self.traces and self.td_lambda is None:
+            raise ValueError("traces=True learns the λ-return online: give td_lambda too (e.g. 0.5)")
 
 
 def sizes(task: str, config: RnnConfig) -> tuple[int, int]:
@@ -165,7 +182,9 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     core, readout = model[0], model[1]
     generator = model[2] if method == "dni" else None
     targets: BoundaryTargets = ONE_WINDOW
-    if generator is not None and config.generator_targets == "true":
+    if generator is not None and config.td_lambda is not None:
+        targets = BPLambda(config.td_lambda) if config.traces else LambdaReturn(config.td_lambda)
+    elif generator is not None and config.generator_targets == "true":
         targets = Untruncated()
     elif generator is not None and config.target_windows > 1:
         targets = NWindows(config.target_windows)

@@ -1,0 +1,303 @@
+"""The student's side of a check: drive the class a student wrote on the inputs a checker chose, and record what came out.
+
+A checker (:mod:`sgrad.course.checkers`) chooses the inputs, :func:`drive` runs the student's code on
+them and records its outputs as plain data (arrays, numbers, names), and the checker's judge compares
+that data with sgrad's reference.  In a notebook the three run in one process.  When ``sgrad grade``
+grades a notebook, :func:`drive` runs in the student's kernel and its record travels back to the grader
+as data (:func:`encode`, :func:`decode`: arrays as .npy bytes, never pickles), where the judge runs:
+nothing in the kernel decides a verdict.  This file is sent to the kernel as text and runs there in a
+namespace of its own, so it imports nothing of sgrad at its top.
+
+A record is a dict: ``{"cases": [case, ...]}``, one case per set of inputs, each case a dict of
+``name: value``, where a value is a float64 array, None, a string, a list of strings, a dict of arrays
+(parameters), or ``{"kind": "a tuple of length 3"}`` for an answer that is not an array.  A stage that
+raised ends its case with ``"error": {"stage", "type", "message", "where", "not_implemented"}``.
+"""
+
+import base64
+import contextlib
+import io
+import os
+import sys
+import traceback
+
+import numpy as np
+
+# The largest record a kernel may send back, in bytes of its JSON: the checked arrays are a few hundred numbers.
+RECORD_LIMIT = 2_000_000
+ARRAY_LIMIT = 10_000  # entries of an answer sent back as an array; a larger one is sent as its shape alone
+MESSAGE_LIMIT = 300  # characters of an exception's message that a record keeps
+
+
+class _Stop(Exception):
+    """Ends a case: a stage raised, and the record says so."""
+
+
+RESULT_TYPE = "application/vnd.sgrad.grader+json"  # the display type of a record sent to the grader
+
+
+def drive(exercise, make, inputs):
+    """Run ``make`` (the student's class, or a factory) on ``inputs`` for ``exercise``; returns the record.
+
+    A case whose checked object breaks a convention the driver relies on (no ``parameters``, say) holds
+    ``"broken": "AttributeError: ..."``.
+    """
+    cases = []
+    for case in inputs["cases"]:
+        try:
+            cases.append(_DRIVERS[exercise](make, case))
+        except Exception as error:
+            cases.append({"broken": f"{type(error).__name__}: {str(error)[:MESSAGE_LIMIT]}"})
+    return {"cases": cases}
+
+
+def send(exercise, class_name, inputs_json, nonce, namespace):
+    """In the kernel: drive the class ``namespace[class_name]`` on the inputs, and display the record for the grader."""
+    import json
+
+    from IPython.display import display
+
+    make = namespace.get(class_name)
+    record = {"missing": True} if make is None else drive(exercise, make, decode(json.loads(inputs_json)))
+    display({RESULT_TYPE: {"nonce": nonce, "record": encode(record)}}, raw=True)
+
+
+def _drive_backward(make, case):
+    out = {}
+    try:
+        layer = _call(out, f"{_name(make)}({case['input_dim']}, {case['output_dim']}, {case['nonlin']!r}, "
+                      f"seed={case['seed']})", make, case["input_dim"], case["output_dim"], case["nonlin"],
+                      seed=case["seed"])
+        out["class_name"] = type(layer).__name__
+        out["defined_by"] = _defined_by(layer, "backward")
+        out["parameters"] = _parameters(layer)
+        _call(out, "forward()", layer.forward, case["x"].copy())
+        watched = [] if out["defined_by"] == "sgrad" else [(cls, "backward", f"{cls.__name__}.backward()")
+                                                           for cls in _sgrad_classes(layer, "backward")]
+        with _watching(watched) as calls:
+            out["input_delta"] = _value(_call(out, "backward()", layer.backward, case["R"].copy()))
+        out["calls"] = list(calls)
+        gradients = _call(out, "the gradients", lambda: dict(layer.gradients))
+        out["gradients"] = {name: _value(gradients.get(name)) for name in out["parameters"]}
+        out["weight_output_delta"] = _value(getattr(layer, "weight_output_delta", None))
+        out["parameters_after"] = _parameters(layer)
+    except _Stop:
+        pass
+    return out
+
+
+def _drive_dni_update(make, case):
+    out = {}
+    try:
+        layer = _build_dni(out, make, case)
+        out["class_name"] = type(layer).__name__
+        out["defined_by"] = _defined_by(layer, "forward_and_synthetic_update")
+        out["parameters"] = _parameters(layer)
+        watched = [] if out["defined_by"] == "sgrad" else [
+            (layer, "backward", "self.backward()"), (layer, "update", "self.update()"),
+            (getattr(layer, "update_rule", None), "step", "the parent class's update()")]
+        with _watching(watched) as calls:
+            returned = _call(out, "forward_and_synthetic_update()", layer.forward_and_synthetic_update,
+                             case["x"].copy(), None if case["c"] is None else case["c"].copy())
+        out["calls"] = list(calls)
+        if isinstance(returned, tuple) and len(returned) == 2:
+            out["returned"] = [_value(returned[0]), _value(returned[1])]
+        else:
+            out["returned"] = {"kind": _kind(returned)}
+        out["synthetic_gradient"] = _value(getattr(layer, "synthetic_gradient", None))
+        out["weights"] = _value(getattr(layer, "weights", None))
+        out["bias"] = _value(getattr(layer, "bias", None))
+    except _Stop:
+        pass
+    return out
+
+
+def _drive_generator_update(make, case):
+    out = {}
+    try:
+        layer = _build_dni(out, make, case)
+        out["class_name"] = type(layer).__name__
+        out["defined_by"] = _defined_by(layer, "update_synthetic_weights")
+        out["parameters"] = _parameters(layer)
+        c = None if case["c"] is None else case["c"].copy()
+        sgrad_dni = _sgrad_dni(layer)
+        if sgrad_dni is not None:  # sgrad's own step, so that this check grades the generator update alone
+            _call(out, "DNI.forward_and_synthetic_update()", sgrad_dni.forward_and_synthetic_update, layer,
+                  case["x"].copy(), c)
+        else:
+            _call(out, "forward_and_synthetic_update()", layer.forward_and_synthetic_update, case["x"].copy(), c)
+        generator = layer.generator
+        watched = [] if out["defined_by"] == "sgrad" else [
+            (generator, "update", "self.generator.update()"),
+            (getattr(generator, "net", None), "update", "self.generator.net.update()")]
+        with _watching(watched) as calls:
+            out["loss"] = _value(_call(out, "update_synthetic_weights()", layer.update_synthetic_weights,
+                                       case["target"].copy()))
+        out["calls"] = list(calls)
+        out["generator_after"] = {name: _value(value) for name, value in generator.parameters.items()}
+    except _Stop:
+        pass
+    return out
+
+
+_DRIVERS = {"backward": _drive_backward, "dni_update": _drive_dni_update, "generator_update": _drive_generator_update}
+
+
+def _build_dni(out, make, case):
+    return _call(out, f"{_name(make)}({case['input_dim']}, {case['output_dim']}, {case['nonlin']!r}, ...)", make,
+                 case["input_dim"], case["output_dim"], case["nonlin"], alpha=case["alpha"],
+                 condition_dim=case["condition_dim"], generator_alpha=case["generator_alpha"], generator_init="blog",
+                 seed=case["seed"])
+
+
+def _sgrad_dni(layer):
+    """sgrad's DNI class, if ``layer`` is one (of a subclass)."""
+    for cls in type(layer).__mro__:
+        if cls.__name__ == "DNI" and cls.__module__.split(".")[0] == "sgrad":
+            return cls
+    return None
+
+
+def _sgrad_classes(obj, method):
+    """sgrad's classes among ``obj``'s bases that define ``method`` (sgrad's implementations of it)."""
+    return [cls for cls in type(obj).__mro__ if method in vars(cls) and cls.__module__.split(".")[0] == "sgrad"]
+
+
+def _defined_by(obj, method):
+    """Whose ``method`` ``obj`` runs: "sgrad" (``obj`` is one of sgrad's own classes: the reference),
+    "inherited" (a class written elsewhere that runs sgrad's), or "own"."""
+    for cls in type(obj).__mro__:
+        if method in vars(cls):
+            if cls.__module__.split(".")[0] != "sgrad":
+                return "own"
+            return "sgrad" if type(obj).__module__.split(".")[0] == "sgrad" else "inherited"
+    return "own"
+
+
+@contextlib.contextmanager
+def _watching(watched):
+    """Log each call of the ``(owner, method name, label)`` triples while the block runs; yields the log.
+
+    The calls still happen (the checked code runs as written).  An instance's wrapper is an attribute of
+    the instance; a class's replaces the class's own method; both are removed when the block ends.
+    """
+    calls = []
+    installed = []
+    for owner, name, label in watched:
+        method = getattr(owner, name, None)
+        own = getattr(owner, "__dict__", None)
+        if not callable(method) or own is None or (not isinstance(owner, type) and name in own):
+            continue
+        if isinstance(owner, type):
+            method = own.get(name)
+            if method is None:
+                continue
+
+        def logged(*args, _method=method, _label=label, **kwargs):
+            calls.append(_label)
+            return _method(*args, **kwargs)
+
+        installed.append((owner, name, own.get(name) if isinstance(owner, type) else None))
+        setattr(owner, name, logged)
+    try:
+        yield calls
+    finally:
+        for owner, name, original in installed:
+            if isinstance(owner, type):
+                setattr(owner, name, original)
+            else:
+                delattr(owner, name)
+
+
+def _call(out, stage, function, *args, **kwargs):
+    """Call the checked code; if it raises, record where and why in ``out`` and end the case."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:
+        out["error"] = {"stage": stage, "type": type(error).__name__,
+                        "message": str(error)[:MESSAGE_LIMIT], "where": _where(error),
+                        "not_implemented": isinstance(error, NotImplementedError)}
+        raise _Stop from None
+
+
+def _where(error):
+    """' (in backward, line 7)': the deepest frame of the traceback outside sgrad and NumPy, if any."""
+    # In the kernel this file runs as text; sgrad is what the notebook imported (its classes extend sgrad's).
+    sgrad = sys.modules.get("sgrad")
+    libraries = (os.path.dirname(np.__file__) + os.sep, "<sgrad",
+                 *([os.path.dirname(str(sgrad.__file__)) + os.sep] if sgrad is not None else []))
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(libraries)]
+    return f" (in {frames[-1].name}, line {frames[-1].lineno})" if frames else ""
+
+
+def _value(value):
+    """A checked answer as data: a float64 array, None, or {"kind": ...} for what is not an array of numbers."""
+    if value is None:
+        return None
+    try:
+        array = np.array(value, dtype=np.float64, order="C")
+    except (TypeError, ValueError, OverflowError):
+        return {"kind": _kind(value)}
+    return array if array.size <= ARRAY_LIMIT else {"kind": f"an array of shape {array.shape}, far larger than asked"}
+
+
+def _parameters(layer):
+    """The layer's parameters, its generator's (``generator.weights``, ...) among them."""
+    parameters = {name: _value(value) for name, value in layer.parameters.items()}
+    generator = getattr(layer, "generator", None)
+    if generator is not None:
+        parameters.update({f"generator.{name}": _value(value) for name, value in generator.parameters.items()})
+    return parameters
+
+
+def _kind(value):
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of length {len(value)}"
+    return f"a value of type {type(value).__name__}"
+
+
+def _name(function):
+    return getattr(function, "__name__", type(function).__name__)
+
+
+# --- the record as data -----------------------------------------------------------------------------------
+
+
+def encode(record):
+    """``record`` as JSON-ready data: each array as {"npy": base64 of its .npy bytes}."""
+    if isinstance(record, np.ndarray):
+        buffer = io.BytesIO()
+        np.save(buffer, record, allow_pickle=False)
+        return {"npy": base64.b64encode(buffer.getvalue()).decode("ascii")}
+    if isinstance(record, dict):
+        return {str(key): encode(value) for key, value in record.items()}
+    if isinstance(record, (list, tuple)):
+        return [encode(value) for value in record]
+    return record
+
+
+def decode(data):
+    """The record that :func:`encode` gave; ValueError for anything else (the kernel's word is not trusted)."""
+    if isinstance(data, dict):
+        if set(data) == {"npy"}:
+            return _array(data["npy"])
+        return {_text(key): decode(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [decode(value) for value in data]
+    if data is None or type(data) in (str, bool, int, float):
+        return data
+    raise ValueError(f"expected arrays, numbers and text; got {type(data).__name__}")
+
+
+def _array(text):
+    raw = base64.b64decode(_text(text), validate=True)
+    array = np.load(io.BytesIO(raw), allow_pickle=False)
+    if type(array) is not np.ndarray or array.dtype != np.float64:
+        raise ValueError(f"expected a float64 array; got {array.dtype}")
+    return array
+
+
+def _text(value):
+    if type(value) is not str:
+        raise ValueError(f"expected text; got {type(value).__name__}")
+    return value
