@@ -6,7 +6,8 @@ torch numpy``; torchvision is not needed).  Then::
 
     python benchmarks/dni_pytorch_peer.py accuracy --peer PATH --peer-python VENV/bin/python \\
         --methods backprop,dni,cdni --seeds 0,1,2 --iterations 5000 [--data mnist.npz] [--out folder]
-    python benchmarks/dni_pytorch_peer.py time --peer PATH --peer-python VENV/bin/python --methods dni,cdni
+    python benchmarks/dni_pytorch_peer.py time --peer PATH --peer-python VENV/bin/python --methods dni,cdni \\
+        [--sgrad-setting peer --sgrad-setting "peer, every block"]
 
 ``--peer`` (or ``$DNI_PYTORCH``) is the peer's folder (the one holding ``dni.py``); ``--peer-python`` (or
 ``$DNI_PYTORCH_PYTHON``) the interpreter of its environment.  MNIST comes from ``--data``, else
@@ -35,7 +36,9 @@ one thread (``torch.set_num_threads(1)``).
 
 ``time`` measures step compute against step compute: the peer's own ``train()`` on one fixed batch, repeated,
 in a process of the peer's environment, against sgrad's step on the same batch in this process, the two
-processes alternating round by round; it prints the median over rounds of the ratio within a round.
+processes alternating round by round; it prints the median over rounds of the ratio within a round.  With
+``--sgrad-setting`` given more than once, each setting takes its turn in every round, and the table also
+gives each setting's time against the first's.
 """
 
 import os
@@ -333,35 +336,47 @@ class PeerSteps:
 
 
 def step_time(args):
-    """Alternate sgrad's step and the peer's, round by round; print the median ratio per method."""
+    """Alternate sgrad's steps and the peer's, round by round; print the median ratios per method and setting.
+
+    In each round every sgrad setting of ``--sgrad-setting`` takes its turn, then the peer: the ratio of a
+    setting to the first one (one interface against every block, say) is measured in the same rounds.
+    """
     peer_paths(args)  # before any work
+    settings = args.sgrad_setting or ["peer"]
     with np.load(mnist_path(args)) as archive:
         x = (archive["x_train"][:args.batch_size].reshape(args.batch_size, -1) / np.float32(255)).astype(np.float32)
         labels = archive["y_train"][:args.batch_size].astype(np.int64)
-    print("| method | sgrad, ms per step | peer, ms per step | sgrad ÷ peer (median of rounds) |")
-    print("|---|---:|---:|---:|")
+    print("| method | sgrad's setting | sgrad, ms per step | peer, ms per step | sgrad ÷ peer (median of rounds) |"
+          + (f" ÷ '{settings[0]}' |" if len(settings) > 1 else ""))
+    print("|---|---|---:|---:|---:|" + ("---:|" if len(settings) > 1 else ""))
     for method in args.methods:
-        step = sgrad_step(method, x, labels, args.sgrad_setting)
+        steps = [sgrad_step(method, x, labels, setting) for setting in settings]
         peer = PeerSteps(args, method)
         try:
-            for _ in range(args.warmup):
-                step()
+            for step in steps:
+                for _ in range(args.warmup):
+                    step()
             peer(args.warmup)
             start = time.perf_counter()
-            step()
+            steps[0]()
             calls = max(1, round(args.seconds / (time.perf_counter() - start)))
-            mine, theirs = [], []
+            mine, theirs = [[] for _ in steps], []
             for _ in range(args.rounds):
-                start = time.perf_counter()
-                for _ in range(calls):
-                    step()
-                mine.append((time.perf_counter() - start) / calls)
+                for step, times in zip(steps, mine):
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        step()
+                    times.append((time.perf_counter() - start) / calls)
                 theirs.append(peer(calls))
         finally:
             peer.close()
-        mine, theirs = np.array(mine), np.array(theirs)
-        print(f"| {method} | {1e3 * np.median(mine):.2f} | {1e3 * np.median(theirs):.2f} | "
-              f"{np.median(mine / theirs):.2f}× |", flush=True)
+        theirs_array = np.array(theirs)
+        for setting, times in zip(settings, mine):
+            row = (f"| {method} | {setting} | {1e3 * np.median(times):.2f} | {1e3 * np.median(theirs_array):.2f} | "
+                   f"{np.median(np.array(times) / theirs_array):.2f}× |")
+            if len(settings) > 1:
+                row += f" {np.median(np.array(times) / np.array(mine[0])):.2f}× |"
+            print(row, flush=True)
 
 
 # ----------------------------------------------------------------------------- the figure
@@ -439,9 +454,11 @@ def build_parser():
     tim = commands.add_parser("time", help="sgrad's step against the peer's, in alternating rounds")
     shared(tim)
     tim.add_argument("--methods", type=parse_list(str, METHOD_FLAGS), default=list(METHOD_FLAGS))
-    tim.add_argument("--sgrad-setting", choices=SGRAD_SETTINGS, default="peer",
-                     help="sgrad's network: 'peer' (the options that build the peer's network, default) or 'default' "
-                          "(sgrad paper's method: an interface after every block's ReLU)")
+    tim.add_argument("--sgrad-setting", choices=SGRAD_SETTINGS, action="append",
+                     help="sgrad's network: 'peer' (the options that build the peer's network, default), 'peer, "
+                          "every block' (the same with an interface at every block) or 'default' (sgrad paper's "
+                          "method: an interface after every block's ReLU); give it more than once to time several "
+                          "settings in the same rounds")
     tim.add_argument("--rounds", type=int, default=15)
     tim.add_argument("--seconds", type=float, default=0.5, help="each side's time in a round (default 0.5)")
     tim.add_argument("--warmup", type=int, default=20, help="steps each side takes before the rounds")

@@ -185,6 +185,26 @@ def test_the_peer_adapters_sgrad_side_builds_the_peers_network_and_steps_it():
         assert 1.5 < (loss if setting != "default" else loss / 256) < 3.5, (setting, loss)
 
 
+@pytest.mark.skipif(not (os.environ.get("DNI_PYTORCH") and os.environ.get("DNI_PYTORCH_PYTHON")
+                         and os.environ.get("SGRAD_DATA_DIR")),
+                    reason="set DNI_PYTORCH, DNI_PYTORCH_PYTHON (a checkout of koz4k/dni-pytorch and its "
+                           "environment's python) and SGRAD_DATA_DIR to time the peer")
+def test_the_peer_adapter_times_each_sgrad_setting_in_the_same_rounds_as_the_peer():
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    result = subprocess.run([sys.executable, str(script), "time", "--methods", "dni", "--rounds", "2",
+                             "--seconds", "0.05", "--warmup", "2", "--sgrad-setting", "peer",
+                             "--sgrad-setting", "peer, every block"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines() if line.startswith("| dni")]
+    assert [row[1] for row in rows] == ["peer", "peer, every block"]
+    assert rows[0][3] == rows[1][3]  # one peer, timed once per round for both settings
+    assert rows[0][5] == "1.00×"  # the first setting against itself
+    # No speed is asserted: timings belong to the benchmark's runs, not to a test.
+    for row in rows:
+        sgrad_ms, peer_ms, ratio = float(row[2]), float(row[3]), float(row[4].rstrip("×"))
+        assert sgrad_ms > 0 and peer_ms > 0 and ratio > 0
+
+
 def test_the_peer_adapter_draws_its_ablation_as_a_png(tmp_path):
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
     table = {"peer": {"dni": [0.97, 0.971, 0.969]},
