@@ -25,7 +25,8 @@ from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 from .course import command as grading
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
 from .experiments.files import CHECKPOINT_FOLDER, check_out_dir
-from .experiments.mnist import ARCHITECTURES, GENERATORS, PAPER_METHODS, PaperConfig, check_grid, run_grid
+from .experiments.mnist import (ARCHITECTURES, GENERATORS, INTERFACE_POSITIONS, LOSS_REDUCTIONS, PAPER_METHODS,
+                                WEIGHT_INITS, PaperConfig, check_grid, run_grid)
 from .experiments.mnist import results_table as paper_table
 from .experiments.parallel import ENGINES, check_runs, compare_parallel
 from .experiments.parallel import results_table as parallel_table
@@ -134,6 +135,12 @@ def _subset_of(choices):
             raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(choices)}; got {text!r}")
         return chosen
     return parse
+
+
+def _interfaces(text):
+    if text.strip() == "every":
+        return "every"
+    return _whole_numbers(text, "hidden-block numbers (1 is the lowest) or 'every'", "2 or 1,2", 1)
 
 
 def _worker_counts(text):
@@ -260,6 +267,25 @@ def build_parser() -> argparse.ArgumentParser:
                           f"{','.join(map(str, PAPER_DEFAULTS.generator_hidden))}); with --arch cnn, hidden "
                           "channels of the convolutional generator (default: two of --channels)")
     pap.add_argument("--no-generator-batchnorm", action="store_true", help="mlp generator without batch norm")
+    pap.add_argument("--interfaces", type=_interfaces, default=PAPER_DEFAULTS.interfaces,
+                     help="every: a DNI interface at every hidden block (default); or the comma-separated numbers of "
+                          "the blocks that get one, e.g. 2 (1 is the lowest): a block without one learns from the "
+                          "synthetic gradient of the interface above it, and blocks above the highest learn with the "
+                          "top layer")
+    pap.add_argument("--interface-position", choices=INTERFACE_POSITIONS, default=PAPER_DEFAULTS.interface_position,
+                     help="after: the interface sits on the block's output h = relu(BN(z)); before: on BN(z), before "
+                          f"the ReLU (default {PAPER_DEFAULTS.interface_position})")
+    pap.add_argument("--targets", choices=TARGETS, default=PAPER_DEFAULTS.generator_targets,
+                     help="what the generators regress onto: bootstrap (the synthetic gradient of the interface above, "
+                          "backpropagated; the method, default) or true (the true gradient: a teaching option that "
+                          "costs a second forward and backward pass per step)")
+    pap.add_argument("--loss", choices=LOSS_REDUCTIONS, default=PAPER_DEFAULTS.loss,
+                     help=f"the cross-entropy summed over the batch, or its mean (default {PAPER_DEFAULTS.loss})")
+    pap.add_argument("--logit-batchnorm", action="store_true",
+                     help="batch-normalise the 10 logits (the top layer's linear map then has no bias)")
+    pap.add_argument("--init", choices=WEIGHT_INITS, default=PAPER_DEFAULTS.init,
+                     help="the weights of the blocks and the top: he (He normal, a Xavier top; default) or pytorch "
+                          "(uniform within 1/sqrt(fan_in), PyTorch's default for nn.Linear)")
     _add_mnist_training(pap, "paper", iterations=PAPER_DEFAULTS.iterations, eval_every=PAPER_DEFAULTS.eval_every,
                         unit="cell")
 
@@ -454,7 +480,9 @@ def _paper(args: argparse.Namespace) -> str:
         batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=generator_hidden,
         generator_batchnorm=not args.no_generator_batchnorm, alpha=args.lr, generator_alpha=args.generator_lr,
         eval_every=args.eval_every, dtype=args.dtype, seed=args.seed, arch=args.arch, channels=args.channels,
-        kernel_size=args.kernel_size)
+        kernel_size=args.kernel_size, depth=args.depths[0], interfaces=args.interfaces,
+        interface_position=args.interface_position, generator_targets=args.targets, loss=args.loss,
+        logit_batchnorm=args.logit_batchnorm, init=args.init)
     # Before MNIST is loaded (or downloaded); run_grid checks again against the data it gets.
     check_grid(methods, args.depths, config, input_dim=IMAGE_SHAPE[0] * IMAGE_SHAPE[1],
                train_examples=args.train_subset, checkpoint_every=args.checkpoint_every or None)

@@ -31,7 +31,7 @@ class Layer(WeightsAndBias):
     bias : bool
         Whether the layer has a bias (default True; the blog's layers have none).
     init : str or ndarray
-        Weight initialisation: 'xavier' (default), 'he', 'blog', 'zeros', or an
+        Weight initialisation: 'xavier' (default), 'he', 'pytorch', 'blog', 'zeros', or an
         array of shape (input_dim, output_dim).  The bias starts at zero.
     update_rule : str or UpdateRule
         'sgd' (default, the blog's), 'momentum', 'adam', or an

@@ -9,6 +9,7 @@ the loss; nothing here records, saves or prints: that is the experiment
 loop's part (:mod:`sgrad.experiments.loop`).
 """
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -114,5 +115,25 @@ def true_gradients(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn:
         layer = layers[k]
         g, _, _, _ = kernels.dense_backward(g, hs[k], hs[k + 1], layer.weights, layer.nonlin_deriv,
                                             layer.bias is not None)
+        grads.append(g)
+    return grads[::-1]
+
+
+def true_gradients_at_outputs(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Loss) -> list[np.ndarray]:
+    """``[g_1, ..., g_{N-1}]``: the true dL/dh_k at the output of every hidden module of a stack, with no side effects.
+
+    For any modules (layers, blocks, DNI blocks, whose ``forward`` and ``backward`` are their block's):
+    one forward and one backward pass on copies, with the parameters as they are, so batch norm
+    normalises with this batch's statistics as the step itself does.  ``dni_step(..., targets=...)``
+    takes them: each generator then regresses onto the true gradient instead of a bootstrapped one.
+    """
+    copies = copy.deepcopy(list(layers))
+    h = x
+    for module in copies:
+        h = module.forward(h)
+    _, g = loss_fn(h, y)
+    grads = []
+    for module in copies[:0:-1]:
+        g = module.backward(g)
         grads.append(g)
     return grads[::-1]

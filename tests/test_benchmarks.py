@@ -3,6 +3,7 @@ profiling loop runs a row and sums a profile, the CNN benchmark's two sides take
 and the parallel benchmark run and print what they say they do."""
 
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -155,6 +156,65 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert all(value >= 0 for value in [*machine["wake"].values(), *machine["contention"].values()])
     assert "| local | " in (tmp_path / "results.md").read_text()  # the machine's table
     assert len(measured["runs"]) == 6 and len(measured["computing_seconds_per_step"]) == 4
+
+
+# --- the peer koz4k/dni-pytorch (its code and PyTorch run in an environment of their own; here only the adapter) ---
+
+
+@pytest.mark.parametrize("command", ["accuracy", "time"])
+def test_the_peer_adapter_without_the_peer_ends_in_one_line_that_says_what_to_give(tmp_path, command):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    env = {key: value for key, value in os.environ.items() if key not in ("DNI_PYTORCH", "DNI_PYTORCH_PYTHON")}
+    result = subprocess.run([sys.executable, str(script), command, "--peer", str(tmp_path / "absent"),
+                             "--data", str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"dni_pytorch_peer: no peer at '{tmp_path / 'absent'}': give --peer (or $DNI_PYTORCH), the folder of a "
+        "checkout of koz4k/dni-pytorch holding examples/mnist-mlp/main.py"]
+
+
+def test_the_peer_adapters_sgrad_side_builds_the_peers_network_and_steps_it():
+    peer = pytest.importorskip("dni_pytorch_peer")
+    rng = np.random.default_rng(0)
+    x, labels = rng.random((256, 784), dtype=np.float32), rng.integers(0, 10, 256)
+    for setting, blocks in (("default", 2), ("peer", 1), ("peer, every block", 2)):
+        step = peer.sgrad_step("dni", x, labels, setting)
+        loss, generator_losses = step()
+        assert len(generator_losses) == blocks, setting
+        # The peer's setting descends the batch mean, the default the sum: about ln 10 per example at the start.
+        assert 1.5 < (loss if setting != "default" else loss / 256) < 3.5, (setting, loss)
+
+
+@pytest.mark.skipif(not (os.environ.get("DNI_PYTORCH") and os.environ.get("DNI_PYTORCH_PYTHON")
+                         and os.environ.get("SGRAD_DATA_DIR")),
+                    reason="set DNI_PYTORCH, DNI_PYTORCH_PYTHON (a checkout of koz4k/dni-pytorch and its "
+                           "environment's python) and SGRAD_DATA_DIR to time the peer")
+def test_the_peer_adapter_times_each_sgrad_setting_in_the_same_rounds_as_the_peer():
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    result = subprocess.run([sys.executable, str(script), "time", "--methods", "dni", "--rounds", "2",
+                             "--seconds", "0.05", "--warmup", "2", "--sgrad-setting", "peer",
+                             "--sgrad-setting", "peer, every block"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [line.strip("| ").split(" | ") for line in result.stdout.splitlines() if line.startswith("| dni")]
+    assert [row[1] for row in rows] == ["peer", "peer, every block"]
+    assert rows[0][3] == rows[1][3]  # one peer, timed once per round for both settings
+    assert rows[0][5] == "1.00×"  # the first setting against itself
+    # No speed is asserted: timings belong to the benchmark's runs, not to a test.
+    for row in rows:
+        sgrad_ms, peer_ms, ratio = float(row[2]), float(row[3]), float(row[4].rstrip("×"))
+        assert sgrad_ms > 0 and peer_ms > 0 and ratio > 0
+
+
+def test_the_peer_adapter_draws_its_ablation_as_a_png(tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    table = {"peer": {"dni": [0.97, 0.971, 0.969]},
+             "rows": [{"method": "dni", "change": "default", "accuracy": [0.90, 0.91, 0.92]},
+                      {"method": "dni", "change": "before the ReLU", "accuracy": [0.965, 0.97, 0.96]}]}
+    (tmp_path / "table.json").write_text(json.dumps(table))
+    result = subprocess.run([sys.executable, str(script), "figure", "--table", str(tmp_path / "table.json"),
+                             "--out", str(tmp_path / "ablation.png")], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_bp_lambda_cost_benchmark_prints_a_row_per_method_against_one_window_dni(capsys):

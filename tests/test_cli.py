@@ -340,8 +340,28 @@ def test_every_option_of_paper_has_a_help_text():
     (["paper", "--arch", "cnn", "--hidden", "100", "--out", "{tmp}/out"],
      "sgrad paper: error: --hidden 100 does nothing here: it sets the width of fully connected blocks, and --arch cnn "
      "builds conv blocks of --channels filters; leave --hidden out"),
+    (["paper", "--interfaces", "0"], "sgrad paper: error: argument --interfaces: expected comma-separated "
+                                     "hidden-block numbers (1 is the lowest) or 'every' such as 2 or 1,2; got '0'"),
+    (["paper", "--interfaces", "3"], "sgrad paper: error: interfaces must be 'every', or the numbers of hidden blocks "
+                                     "from 1 to 2 such as (2,), each once and in increasing order; got (3,) at depth 3"),
+    (["paper", "--interface-position", "middle"], "sgrad paper: error: argument --interface-position: invalid "
+                                                  "choice: 'middle' (choose from 'after', 'before')"),
+    (["paper", "--targets", "oracle"], "sgrad paper: error: argument --targets: invalid choice: 'oracle' (choose from "
+                                       "'bootstrap', 'true')"),
+    (["paper", "--loss", "max"], "sgrad paper: error: argument --loss: invalid choice: 'max' (choose from 'sum', "
+                                 "'mean')"),
+    (["paper", "--init", "xavier"], "sgrad paper: error: argument --init: invalid choice: 'xavier' (choose from 'he', "
+                                    "'pytorch')"),
+    (["paper", "--methods", "synthetic-loss", "--targets", "true"],
+     "sgrad paper: error: generator_targets='true' regresses generators onto true gradients, but the synthetic loss's "
+     "generators predict losses. Leave 'synthetic-loss' out of the methods, or use generator_targets='bootstrap'"),
+    (["paper", "--arch", "cnn", "--logit-batchnorm"],
+     "sgrad paper: error: logit_batchnorm shapes the fully connected nets only (arch='mlp'); the CNN has an interface "
+     "after every conv block. Leave logit_batchnorm at False, or use arch='mlp'"),
 ], ids=["depth-0", "missing-data", "compare-out-below-a-file", "paper-out-below-a-file", "batch-over-subset",
-        "hidden-ten-million", "channels-with-mlp", "hidden-with-cnn"])
+        "hidden-ten-million", "channels-with-mlp", "hidden-with-cnn", "interface-block-0",
+        "interface-above-the-blocks", "interface-position", "targets", "loss", "init",
+        "synthetic-loss-true-targets", "cnn-logit-batchnorm"])
 def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_path, args, message):
     (tmp_path / "notes.txt").write_text("a file\n")
     tiny_mnist(tmp_path)

@@ -128,6 +128,13 @@ def test_he_init_has_standard_deviation_sqrt_2_over_fan_in():
     assert abs(weights.mean()) < 0.005
 
 
+def test_pytorch_init_is_uniform_within_one_over_the_square_root_of_fan_in():
+    weights = Layer(400, 100, "relu", init="pytorch", seed=0).weights
+    assert np.abs(weights).max() <= 1 / 20
+    assert np.abs(weights).max() > 0.99 / 20
+    assert weights.std() == pytest.approx(1 / np.sqrt(3 * 400), rel=0.02)
+
+
 def test_blog_init_is_shifted_towards_negative_weights():
     weights = Layer(200, 100, "sigmoid", init="blog", seed=0).weights
     assert weights.mean() == pytest.approx(-0.1, abs=0.005)

@@ -12,7 +12,7 @@ from sgrad.experiments.binary_addition import TrainConfig, build_network
 from sgrad.losses import bce_with_logits, mse, softmax_cross_entropy
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, SyntheticLossGenerator, dense_block
 from sgrad.kernels import dense_backward, dense_forward
-from sgrad.steps import backprop_step, dni_step, synthetic_loss_step, true_gradients
+from sgrad.steps import backprop_step, dni_step, synthetic_loss_step, true_gradients, true_gradients_at_outputs
 
 SMALL = TrainConfig(batch_size=16, alpha=0.01, generator_alpha=0.01, hidden=(32, 32), seed=0)
 
@@ -36,6 +36,46 @@ def test_true_gradients_match_the_layers_own_backprop(batch):
         expected.append(g)
     for ours, reference in zip(true_gradients(layers, x, y, bce_with_logits), expected[::-1]):
         np.testing.assert_allclose(ours, reference, rtol=1e-12, atol=1e-15)
+
+
+def test_true_gradients_at_outputs_agree_with_the_dense_layers_own_on_a_dense_stack(batch):
+    x, y = batch
+    layers = build_network("dni", 10, 5, SMALL)
+    for ours, reference in zip(true_gradients_at_outputs(layers, x, y, bce_with_logits),
+                               true_gradients(layers, x, y, bce_with_logits)):
+        np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-7)
+
+
+def test_true_gradients_at_outputs_match_central_differences_through_batch_norm_and_change_nothing():
+    rng = np.random.default_rng(0)
+    # As `sgrad paper --interface-position before` builds it: each block ends at its batch norm, so that no h_k
+    # sits on a ReLU's kink, where a central difference is not a derivative.
+    stack = [sgrad.Sequential([sgrad.Layer(6, 5, "identity", bias=False, seed=0), sgrad.BatchNorm(5)]),
+             DNIBlock(sgrad.Sequential([sgrad.Activation("relu"), sgrad.Layer(5, 4, "identity", bias=False, seed=1),
+                                        sgrad.BatchNorm(4)]), LinearGenerator(4), 0.01),
+             sgrad.Sequential([sgrad.Activation("relu"), sgrad.Layer(4, 3, "identity", seed=2), sgrad.BatchNorm(3)])]
+    x, y = rng.standard_normal((8, 6)), np.eye(3)[rng.integers(0, 3, 8)]
+    before = [tree_state(module) for module in stack]
+    grads = true_gradients_at_outputs(stack, x, y, softmax_cross_entropy)
+    for module, state in zip(stack, before):
+        assert_same_state(module, state)
+    hs = [x]
+    for module in stack:
+        hs.append(module.predict(hs[-1]))  # training mode: batch norm normalises with the batch's statistics
+
+    def loss_from(k, h):
+        for module in stack[k:]:
+            h = module.predict(h)
+        return softmax_cross_entropy(h, y)[0]
+
+    for k, g in enumerate(grads, start=1):
+        numeric = np.zeros_like(g)
+        for index in np.ndindex(g.shape):
+            up, down = hs[k].copy(), hs[k].copy()
+            up[index] += 1e-6
+            down[index] -= 1e-6
+            numeric[index] = (loss_from(k, up) - loss_from(k, down)) / 2e-6
+        np.testing.assert_allclose(g, numeric, rtol=1e-5, atol=1e-9, err_msg=f"dL/dh_{k}")
 
 
 def test_dni_step_trains_each_generator_on_the_targets_given(batch):

@@ -34,18 +34,20 @@ from typing import Any
 import numpy as np
 
 from ..batches import BatchOrder
-from ..blocks import dense_block
+from ..batchnorm import BatchNorm
+from ..blocks import Sequential, dense_block
 from ..checkpoint import fingerprint
 from ..dni import DNIBlock
 from ..evaluation import accuracy
 from ..generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
 from ..layers import Layer
 from ..losses import softmax_cross_entropy
+from ..steps import true_gradients_at_outputs
 from ..validation import check_bool, check_choice, check_integer, check_labels, check_widths
 from .cells import CellCache
 from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
 from .loop import RunName, run_and_report, take_step, train_loop
-from .settings import (DECOUPLED, check_batch_fits, check_methods, check_network_size, check_settings, check_split,
+from .settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings, check_split,
                        learning_rates)
 from .mnist_cnn import build_cnn, cnn_parameter_count, image_side
 
@@ -53,6 +55,9 @@ PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss")
 GENERATORS = ("linear", "mlp")
 ARCHITECTURES = ("mlp", "cnn")
 CONDITIONED = ("cdni", "synthetic-loss")  # the methods whose generators are given the one-hot label
+WEIGHT_INITS = ("he", "pytorch")
+INTERFACE_POSITIONS = ("after", "before")  # where on a block an interface sits: after its nonlinearity, or before
+LOSS_REDUCTIONS = ("sum", "mean")
 NUM_CLASSES = 10
 
 
@@ -76,6 +81,30 @@ class PaperConfig:
         :mod:`sgrad.experiments.mnist_cnn`: ``depth - 1`` conv blocks of ``channels``
         k×k filters, k = ``kernel_size``; ``hidden`` is then unused, and the generators are
         convolutional, ``generator_hidden`` their hidden channels).
+
+    Where the decoupled methods put their interfaces, and what they descend (fully connected nets;
+    the defaults are the paper's method as above, and ``interfaces=(2,), interface_position='before',
+    loss='mean', logit_batchnorm=True`` is the MNIST MLP example of koz4k/dni-pytorch):
+
+    interfaces : 'every' hidden block, or the numbers of the blocks that get one (1 is the lowest),
+        e.g. ``(2,)``.  A block without an interface learns from the ĝ of the first interface above
+        it, backpropagated through it; blocks above the highest interface join the top and learn
+        from the true gradient.
+    interface_position : 'after' the block's nonlinearity (ĝ = M(h_k) for h_k = relu(BN(z_k))) or
+        'before' it (ĝ = M(u_k) for u_k = BN(z_k): the generator sees, and predicts the gradient
+        of, what the ReLU takes in).
+    generator_targets : 'bootstrap' (the method: each generator regresses onto the ĝ of the
+        interface above, backpropagated to it) or 'true' (a teaching option: onto the true dL/dh_k,
+        which costs a forward and backward pass on copies every step).  With one interface the two
+        are the same.
+    loss : the softmax cross-entropy 'sum'med over the batch (see :func:`summed_cross_entropy`)
+        or its 'mean'.  The synthetic loss's step always descends the mean.
+    logit_batchnorm : batch-normalise the 10 logits (the top layer is then Linear without a bias,
+        then BatchNorm).
+    init : the weights of the blocks and the top: 'he' (He normal for the blocks, Xavier for the
+        top) or 'pytorch' (U(-1/√fan_in, 1/√fan_in) for all, PyTorch's default for ``nn.Linear``).
+        Behind batch norm a block's output does not depend on its weights' scale, but Adam's steps
+        have a fixed size, so smaller weights learn faster.
     """
 
     depth: int = 3
@@ -95,6 +124,12 @@ class PaperConfig:
     arch: str = "mlp"
     channels: int = 64
     kernel_size: int = 5
+    interfaces: str | tuple = "every"
+    interface_position: str = "after"
+    generator_targets: str = "bootstrap"
+    loss: str = "sum"
+    logit_batchnorm: bool = False
+    init: str = "he"
 
     def __post_init__(self) -> None:
         check_settings(self, {
@@ -109,16 +144,38 @@ class PaperConfig:
             "arch": check_choice(self.arch, "arch", ARCHITECTURES),
             "channels": check_integer(self.channels, "channels"),
             "kernel_size": check_integer(self.kernel_size, "kernel_size"),
+            "interfaces": _check_interfaces(self.interfaces, self.depth),
+            "interface_position": check_choice(self.interface_position, "interface_position", INTERFACE_POSITIONS),
+            "generator_targets": check_choice(self.generator_targets, "generator_targets", TARGETS),
+            "loss": check_choice(self.loss, "loss", LOSS_REDUCTIONS),
+            "logit_batchnorm": check_bool(self.logit_batchnorm, "logit_batchnorm"),
+            "init": check_choice(self.init, "init", WEIGHT_INITS),
         })
         if self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, so that padding keeps the maps' size; got {self.kernel_size}. "
                              f"Use {self.kernel_size + 1} or {self.kernel_size - 1}")
+        mlp_only = {"interfaces": "every", "interface_position": "after", "logit_batchnorm": False, "init": "he"}
+        changed = [name for name, default in mlp_only.items() if getattr(self, name) != default]
+        if self.arch == "cnn" and changed:
+            verb = "shapes" if len(changed) == 1 else "shape"
+            raise ValueError(f"{', '.join(changed)} {verb} the fully connected nets only (arch='mlp'); the CNN has an "
+                             f"interface after every conv block. Leave {' and '.join(changed)} at "
+                             f"{', '.join(repr(mlp_only[name]) for name in changed)}, or use arch='mlp'")
+
+    @property
+    def interface_blocks(self) -> tuple[int, ...]:
+        """The numbers of the hidden blocks with an interface (1 is the lowest)."""
+        if isinstance(self.interfaces, str):  # 'every', the one name __post_init__ lets through
+            return tuple(range(1, self.depth))
+        return self.interfaces
 
 
 def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]:
-    """Hidden blocks (DNI blocks for the decoupled methods) and a linear top layer with 10 outputs.
+    """Hidden blocks (DNI blocks at the interfaces, for the decoupled methods) and a linear top layer with 10 outputs.
 
-    The blocks' initial weights depend only on the seed and the widths, never on the method.
+    The blocks' initial weights depend only on the seed and the widths, never on the method, nor on
+    where the interfaces are; the generator of block k depends only on the seed, k and its settings.
+    For the methods without generators, each hidden block is a module of the list.
     """
     _check_arch(method, config)
     if config.arch == "cnn":
@@ -127,17 +184,35 @@ def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]
     dtype = np.dtype(config.dtype)
     block_seeds, generator_seeds = (seq.spawn(config.depth) for seq in np.random.SeedSequence(config.seed).spawn(2))
     widths = (input_dim,) + (config.hidden,) * (config.depth - 1)
+    # Each part as a list of modules: a hidden block's Linear→BatchNorm→ReLU, then the top's.
+    parts: list[list[Any]] = [dense_block(fan_in, fan_out, "relu", batchnorm=config.batchnorm, init=config.init,
+                                          update_rule=config.update_rule, seed=block_seeds[k], dtype=dtype).modules
+                              for k, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:]))]
+    top = Layer(widths[-1], NUM_CLASSES, "identity", bias=not config.logit_batchnorm,
+                init="xavier" if config.init == "he" else config.init, update_rule=config.update_rule,
+                seed=block_seeds[-1], dtype=dtype)
+    parts.append([top, BatchNorm(NUM_CLASSES, update_rule=config.update_rule, dtype=dtype)]
+                 if config.logit_batchnorm else [top])
+    if config.interface_position == "before":  # each block ends at its pre-activation; its ReLU opens the next part
+        for below, above in zip(parts[:-1], parts[1:]):
+            above.insert(0, below.pop())
+    if method not in DECOUPLED:
+        return [_chain(part) for part in parts]
     layers: list[Any] = []
-    for k, (fan_in, fan_out) in enumerate(zip(widths[:-1], widths[1:])):
-        block: Any = dense_block(fan_in, fan_out, "relu", batchnorm=config.batchnorm, update_rule=config.update_rule,
-                                 seed=block_seeds[k], dtype=dtype)
-        if method in DECOUPLED:
-            generator = _generator(method, fan_out, config, np.random.default_rng(generator_seeds[k]), dtype)
-            block = DNIBlock(block, generator, config.alpha, generator_alpha=config.generator_alpha)
-        layers.append(block)
-    layers.append(Layer(widths[-1], NUM_CLASSES, "identity", init="xavier", update_rule=config.update_rule,
-                        seed=block_seeds[-1], dtype=dtype))
+    pending: list[Any] = []
+    for k, part in enumerate(parts[:-1]):
+        pending += part
+        if k + 1 in config.interface_blocks:
+            generator = _generator(method, config.hidden, config, np.random.default_rng(generator_seeds[k]), dtype)
+            layers.append(DNIBlock(_chain(pending), generator, config.alpha, generator_alpha=config.generator_alpha))
+            pending = []
+    layers.append(_chain(pending + parts[-1]))  # the blocks above the highest interface learn with the top
     return layers
+
+
+def _chain(modules):
+    """One module for a list of them: the module itself if it is alone, else a Sequential."""
+    return modules[0] if len(modules) == 1 else Sequential(modules)
 
 
 def parameter_count(method: str, input_dim: int, config: PaperConfig) -> int:
@@ -145,8 +220,8 @@ def parameter_count(method: str, input_dim: int, config: PaperConfig) -> int:
 
     A dense block learns its weights and, with batch norm, gamma and beta (its
     linear map then has no bias), else a bias; the top layer has weights and a
-    bias; a decoupled method adds a generator per hidden block, whose output
-    layer predicts ĝ (a loss, one number, for 'synthetic-loss').  A CNN is counted by
+    bias (gamma and beta instead with ``logit_batchnorm``); a decoupled method adds a
+    generator per interface, whose output layer predicts ĝ (a loss, one number, for 'synthetic-loss').  A CNN is counted by
     :func:`~sgrad.experiments.mnist_cnn.cnn_parameter_count`.
     """
     _check_arch(method, config)
@@ -157,12 +232,13 @@ def parameter_count(method: str, input_dim: int, config: PaperConfig) -> int:
         return sum(a * b + (2 * b if batchnorm else b) for a, b in zip(widths[:-1], widths[1:]))
 
     count = blocks((input_dim,) + (config.hidden,) * (config.depth - 1), config.batchnorm)
-    count += config.hidden * NUM_CLASSES + NUM_CLASSES
+    count += config.hidden * NUM_CLASSES + (2 * NUM_CLASSES if config.logit_batchnorm else NUM_CLASSES)
     if method in DECOUPLED:
         widths = (config.hidden + (NUM_CLASSES if method in CONDITIONED else 0),
                   *(config.generator_hidden if config.generator == "mlp" else ()))
         outputs = 1 if method == "synthetic-loss" else config.hidden
-        count += (config.depth - 1) * (blocks(widths, config.generator_batchnorm) + widths[-1] * outputs + outputs)
+        generator = blocks(widths, config.generator_batchnorm) + widths[-1] * outputs + outputs
+        count += len(config.interface_blocks) * generator
     return count
 
 
@@ -195,6 +271,24 @@ def _check_arch(method, config):
     if config.arch == "cnn" and method == "synthetic-loss":
         raise ValueError("the synthetic loss is built for fully connected nets only (arch='mlp'); got arch='cnn'. "
                          "Leave 'synthetic-loss' out of the methods, or use arch='mlp'")
+    if method == "synthetic-loss" and config.generator_targets == "true":
+        raise ValueError("generator_targets='true' regresses generators onto true gradients, but the synthetic "
+                         "loss's generators predict losses. Leave 'synthetic-loss' out of the methods, or use "
+                         "generator_targets='bootstrap'")
+
+
+def _check_interfaces(interfaces, depth):
+    """'every', or the hidden-block numbers as a tuple of increasing ints from 1 to depth - 1."""
+    if interfaces == "every":
+        return interfaces
+    example = f"'every', or the numbers of hidden blocks from 1 to {depth - 1} such as ({depth - 1},)"
+    if isinstance(interfaces, (str, bytes)) or not isinstance(interfaces, Sequence) or not interfaces:
+        raise ValueError(f"interfaces must be {example}; got {interfaces!r}")
+    blocks = tuple(check_integer(k, "every block number in interfaces") for k in interfaces)
+    if blocks[-1] > depth - 1 or list(blocks) != sorted(set(blocks)):
+        raise ValueError(f"interfaces must be {example}, each once and in increasing order; got {interfaces!r} "
+                         f"at depth {depth}")
+    return blocks
 
 
 def _generator(method, width, config, rng, dtype):
@@ -214,6 +308,11 @@ def _generator(method, width, config, rng, dtype):
         return LinearGenerator(width, condition_dim, update_rule=config.update_rule, rng=rng, dtype=dtype)
     return MLPGenerator(width, condition_dim, hidden=hidden, batchnorm=config.generator_batchnorm,
                         update_rule=config.update_rule, rng=rng, dtype=dtype)
+
+
+def mean_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """Softmax cross-entropy averaged over the batch, and its gradient (``loss='mean'``)."""
+    return softmax_cross_entropy(logits, y, reduction="mean")
 
 
 def summed_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -261,11 +360,15 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
         x_train, x_test = x_train.reshape(-1, 1, side, side), x_test.reshape(-1, 1, side, side)
     onehot = np.eye(NUM_CLASSES, dtype=config.dtype)
     layers = build_network(method, data[0].shape[1], config)
+    loss_fn = summed_cross_entropy if config.loss == "sum" else mean_cross_entropy
+    true_targets = method in DECOUPLED and config.generator_targets == "true"
 
     def train_step(indices, history):
         x, y = x_train[indices], onehot[y_train[indices]]
-        loss, _ = take_step(method, layers, x, y, summed_cross_entropy, config.alpha)
-        return loss if method == "synthetic-loss" else loss / len(x)  # the synthetic-loss step gives the mean
+        targets = true_gradients_at_outputs(layers, x, y, loss_fn) if true_targets else None
+        loss, _ = take_step(method, layers, x, y, loss_fn, config.alpha, targets=targets)
+        # The synthetic-loss step gives the mean whatever the loss.
+        return loss / len(x) if config.loss == "sum" and method != "synthetic-loss" else loss
 
     def evaluate(iteration, losses, history):
         history["iteration"].append(iteration)
@@ -388,5 +491,5 @@ def _relevant(method, settings):
     unused = ("channels", "kernel_size") if settings.get("arch", "mlp") == "mlp" else ("hidden",)
     settings = {k: v for k, v in settings.items() if k not in unused}
     if method not in DECOUPLED:
-        return {k: v for k, v in settings.items() if not k.startswith("generator")}
+        return {k: v for k, v in settings.items() if not k.startswith("generator") and k != "interfaces"}
     return settings

@@ -1,0 +1,500 @@
+"""The peer koz4k/dni-pytorch's MNIST MLP example, run as its authors wrote it, beside ``sgrad paper``.
+
+The peer's code is never part of sgrad: fetch it yourself (https://github.com/koz4k/dni-pytorch) and make it a
+Python environment of its own with PyTorch and NumPy (``python3 -m venv venv-torch; venv-torch/bin/pip install
+torch numpy``; torchvision is not needed).  Then::
+
+    python benchmarks/dni_pytorch_peer.py accuracy --peer PATH --peer-python VENV/bin/python \\
+        --methods backprop,dni,cdni --seeds 0,1,2 --iterations 5000 [--data mnist.npz] [--out folder]
+    python benchmarks/dni_pytorch_peer.py time --peer PATH --peer-python VENV/bin/python --methods dni,cdni \\
+        [--sgrad-setting peer --sgrad-setting "peer, every block"]
+
+``--peer`` (or ``$DNI_PYTORCH``) is the peer's folder (the one holding ``dni.py``); ``--peer-python`` (or
+``$DNI_PYTORCH_PYTHON``) the interpreter of its environment.  MNIST comes from ``--data``, else
+``$SGRAD_DATA_DIR/mnist.npz``.
+
+What the adapter changes in the peer's ``examples/mnist-mlp/main.py``, and nothing else:
+
+1. **Data loading.** The example reads MNIST through torchvision.  A stand-in ``torchvision`` module (below) gives it
+   ``datasets.MNIST``, which reads the local ``mnist.npz`` instead of downloading, and ``transforms.ToTensor`` and
+   ``transforms.Normalize``, which do what torchvision's do (pixel / 255 as a (1, 28, 28) float32 tensor, then
+   ``(x - mean) / std`` with the example's own constants 0.1307 and 0.3081), applied to a whole split at once.
+   The example's ``DataLoader`` calls (batch size, shuffling, the last short batch of each epoch) are its own.
+2. **Budget.** ``--seed`` is the example's own option (it seeds ``torch.manual_seed``, hence the initial weights
+   and the batch order).  The example trains for ``--epochs`` and tests after each; here its last three lines (the
+   epoch loop) are left out, and the adapter calls the example's own ``train(epoch)`` until ``--iterations``
+   batches are done (the last epoch stops part-way), then its own ``test()`` once.  ``--log-interval`` (the
+   example's option) is set high, so it logs only each epoch's first batch.
+3. **Current PyTorch.** ``loss.data[0]`` (twice, in the example's log and test lines) becomes ``loss.item()``:
+   a 0-dim tensor can no longer be indexed.  It changes no number.  (``volatile=True`` is now ignored with a
+   warning, and ``size_average=False`` still means a summed loss: both left as they are.)
+
+The methods: ``backprop`` is the example with no flag, ``dni`` is ``--dni``, ``cdni`` is ``--dni --context``.
+The example's own settings stay: Adam at ``--lr`` for every parameter, batch ``--batch-size``, one synthesizer
+after the second hidden layer's batch norm (before its ReLU), batch norm on the logits.  Every run uses
+one thread (``torch.set_num_threads(1)``).
+
+``time`` measures step compute against step compute: the peer's own ``train()`` on one fixed batch, repeated,
+in a process of the peer's environment, against sgrad's step on the same batch in this process, the two
+processes alternating round by round; it prints the median over rounds of the ratio within a round.  With
+``--sgrad-setting`` given more than once, each setting takes its turn in every round, and the table also
+gives each setting's time against the first's.
+"""
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads: one thread, as the peer has
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse
+import json
+import pathlib
+import re
+import subprocess
+import sys
+import time
+import types
+
+import numpy as np
+
+EXAMPLE = pathlib.Path("examples", "mnist-mlp", "main.py")
+METHOD_FLAGS = {"backprop": [], "dni": ["--dni"], "cdni": ["--dni", "--context"]}
+# (what the example says, what the adapter runs instead, how many times it must occur): item 3 of the docstring,
+# and the epoch loop that item 2 replaces.
+SUBSTITUTIONS = [
+    ("loss.data[0]))", "loss.item()))", 1),
+    ("size_average=False).data[0]", "size_average=False).item()", 1),
+    ("for epoch in range(1, args.epochs + 1):\n    train(epoch)\n    test()\n", "", 1),
+]
+ACCURACY = re.compile(r"Accuracy: (\d+)/(\d+)")
+
+
+# ----------------------------------------------------------------------------- inside the peer's environment
+
+def stand_in_torchvision(npz_path):
+    """A module that answers the example's ``from torchvision import datasets, transforms`` from ``npz_path``."""
+    import torch
+
+    class Compose:
+        def __init__(self, parts):
+            self.parts = parts
+
+        def __call__(self, x):
+            for part in self.parts:
+                x = part(x)
+            return x
+
+    class ToTensor:
+        """uint8 images (n, 28, 28) -> float32 tensor (n, 1, 28, 28) in [0, 1], as torchvision's per image."""
+
+        def __call__(self, images):
+            return torch.from_numpy(images).to(torch.float32).div(255).unsqueeze(1)
+
+    class Normalize:
+        def __init__(self, mean, std):
+            self.mean, self.std = mean, std
+
+        def __call__(self, x):
+            mean = torch.tensor(self.mean, dtype=x.dtype).view(1, -1, 1, 1)
+            std = torch.tensor(self.std, dtype=x.dtype).view(1, -1, 1, 1)
+            return x.sub(mean).div(std)
+
+    class MNIST(torch.utils.data.Dataset):
+        def __init__(self, root, train=True, download=False, transform=None):
+            with np.load(npz_path) as archive:
+                split = "train" if train else "test"
+                images, labels = archive[f"x_{split}"], archive[f"y_{split}"]
+            self.data = transform(images) if transform is not None else torch.from_numpy(images)
+            self.targets = torch.from_numpy(labels.astype(np.int64))
+
+        def __len__(self):
+            return len(self.targets)
+
+        def __getitem__(self, index):
+            return self.data[index], int(self.targets[index])
+
+    module = types.ModuleType("torchvision")
+    module.datasets = types.SimpleNamespace(MNIST=MNIST)
+    module.transforms = types.SimpleNamespace(Compose=Compose, ToTensor=ToTensor, Normalize=Normalize)
+    return module
+
+
+class Budget:
+    """The example's train_loader, ending after ``iterations`` batches in all, over as many epochs as that takes."""
+
+    def __init__(self, loader, iterations):
+        self.loader, self.left = loader, iterations
+        self.dataset = loader.dataset
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            if self.left == 0:
+                return
+            self.left -= 1
+            yield batch
+
+
+class Repeat:
+    """A loader of one batch, ``calls`` times, with the ``dataset`` that the example's log line reads."""
+
+    def __init__(self, dataset, batch, calls):
+        self.dataset, self.batch, self.calls = dataset, batch, calls
+
+    def __len__(self):
+        return self.calls
+
+    def __iter__(self):
+        for _ in range(self.calls):
+            yield self.batch
+
+
+def load_example(peer, npz_path, argv):
+    """Execute the example's module-level code (data, model, optimizer; not its epoch loop); returns its namespace."""
+    import torch
+
+    torch.set_num_threads(1)
+    source = (peer / EXAMPLE).read_text()
+    for old, new, count in SUBSTITUTIONS:
+        found = source.count(old)
+        if found != count:
+            raise SystemExit(f"dni_pytorch_peer: {peer / EXAMPLE} is not the version this adapter knows: "
+                             f"{old!r} occurs {found} times, expected {count}")
+        source = source.replace(old, new)
+    sys.modules["torchvision"] = stand_in_torchvision(npz_path)
+    sys.path.insert(0, str(peer))  # the example's `import dni`
+    sys.argv = [str(peer / EXAMPLE), *argv]
+    namespace = {"__name__": "peer_example", "__file__": str(peer / EXAMPLE)}
+    exec(compile(source, str(peer / EXAMPLE), "exec"), namespace)
+    return namespace
+
+
+def peer_train(peer, npz_path, method, seed, iterations, batch_size, lr):
+    """Train as the example does for ``iterations`` batches, test once; print one JSON line."""
+    import contextlib
+    import io
+
+    argv = ["--batch-size", str(batch_size), "--lr", str(lr), "--seed", str(seed), "--log-interval", "1000000",
+            *METHOD_FLAGS[method]]
+    example = load_example(peer, npz_path, argv)
+    budget = example["train_loader"] = Budget(example["train_loader"], iterations)
+    log = io.StringIO()
+    start = time.perf_counter()
+    epoch = 0
+    with contextlib.redirect_stdout(log):
+        while budget.left:
+            epoch += 1
+            example["train"](epoch)
+        train_seconds = time.perf_counter() - start
+        example["test"]()
+    correct, total = map(int, ACCURACY.findall(log.getvalue())[-1])
+    print(json.dumps({"method": method, "seed": seed, "iterations": iterations, "epochs": epoch,
+                      "test_accuracy": correct / total, "train_seconds": train_seconds}))
+
+
+def peer_serve(peer, npz_path, method, batch_size, lr):
+    """Answer each line ``n`` on stdin with the seconds of ``n`` of the example's own training steps on one batch."""
+    argv = ["--batch-size", str(batch_size), "--lr", str(lr), "--seed", "0", "--log-interval", "1000000",
+            *METHOD_FLAGS[method]]
+    example = load_example(peer, npz_path, argv)
+    loader = example["train_loader"]
+    data, target = next(iter(loader))
+    print(json.dumps({"ready": True, "batch": list(data.shape)}), flush=True)
+    with open(os.devnull, "w") as quiet:
+        for line in sys.stdin:
+            calls = int(line)
+            example["train_loader"] = Repeat(loader.dataset, (data, target), calls)
+            saved, sys.stdout = sys.stdout, quiet  # the example logs its first batch
+            start = time.perf_counter()
+            example["train"](1)
+            seconds = time.perf_counter() - start
+            sys.stdout = saved
+            print(json.dumps({"seconds": seconds}), flush=True)
+
+
+# ----------------------------------------------------------------------------- in sgrad's environment
+
+def peer_paths(args):
+    """``(peer folder, peer interpreter)``, or exit with one line saying what is missing."""
+    peer = args.peer or os.environ.get("DNI_PYTORCH")
+    python = args.peer_python or os.environ.get("DNI_PYTORCH_PYTHON")
+    if not peer or not (pathlib.Path(peer) / EXAMPLE).is_file():
+        raise SystemExit(f"dni_pytorch_peer: no peer at {peer!r}: give --peer (or $DNI_PYTORCH), the folder of a "
+                         f"checkout of koz4k/dni-pytorch holding {EXAMPLE}")
+    if not python or not pathlib.Path(python).is_file():
+        raise SystemExit(f"dni_pytorch_peer: no interpreter at {python!r}: give --peer-python (or "
+                         "$DNI_PYTORCH_PYTHON), the python of an environment with torch and numpy")
+    return pathlib.Path(peer).resolve(), python
+
+
+def mnist_path(args):
+    path = args.data or os.environ.get("SGRAD_DATA_DIR")
+    path = pathlib.Path(path) if path else None
+    if path is not None and path.is_dir():
+        path = path / "mnist.npz"
+    if path is None or not path.is_file():
+        raise SystemExit("dni_pytorch_peer: no mnist.npz: give --data (the archive or its folder) or set "
+                         "$SGRAD_DATA_DIR")
+    return path.resolve()
+
+
+def run_peer(args, method, seed):
+    peer, python = peer_paths(args)
+    command = [python, str(pathlib.Path(__file__).resolve()), "_peer-train", "--peer", str(peer),
+               "--data", str(mnist_path(args)), "--method", method, "--seed", str(seed),
+               "--iterations", str(args.iterations), "--batch-size", str(args.batch_size), "--lr", str(args.lr)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"dni_pytorch_peer: the peer's {method} run (seed {seed}) failed: "
+                         + (result.stderr.strip().splitlines() or ["no message"])[-1])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def accuracy(args):
+    peer_paths(args)  # before any work
+    mnist_path(args)
+    runs = []
+    for method in args.methods:
+        for seed in args.seeds:
+            run = run_peer(args, method, seed)
+            runs.append(run)
+            print(f"{method} seed {seed}: {100 * run['test_accuracy']:.2f}% ({run['train_seconds']:.0f} s)",
+                  file=sys.stderr, flush=True)
+    print("| method | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean |")
+    print("|---|" + "---:|" * (len(args.seeds) + 1))
+    for method in args.methods:
+        scores = [100 * r["test_accuracy"] for r in runs if r["method"] == method]
+        print(f"| {method} | " + " | ".join(f"{s:.2f}%" for s in scores) + f" | {np.mean(scores):.2f}% |")
+    if args.out:
+        out = pathlib.Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "peer_runs.json").write_text(json.dumps(runs, indent=1))
+
+
+# ----------------------------------------------------------------------------- step time
+
+# `sgrad paper`'s settings at the peer's setting (784-256-256-10, Adam at 1e-3 everywhere, batch 256, generators of
+# one hidden layer of 256 without batch norm): "default" is the issue's command (an interface after every block's
+# ReLU, the summed loss), "peer" adds the options that build the peer's network (one interface, at block 2 before
+# its ReLU; the batch-mean loss; batch norm on the logits; PyTorch's initial weights).
+SGRAD_SETTINGS = {
+    "default": dict(depth=3, hidden=256, batch_size=256, alpha=1e-3, generator="mlp", generator_hidden=(256,),
+                    generator_batchnorm=False, dtype="float32"),
+}
+SGRAD_SETTINGS["peer"] = dict(SGRAD_SETTINGS["default"], interfaces=(2,), interface_position="before", loss="mean",
+                              logit_batchnorm=True, init="pytorch")
+SGRAD_SETTINGS["peer, every block"] = dict(SGRAD_SETTINGS["peer"], interfaces="every")
+
+
+def sgrad_step(method, x, labels, setting):
+    """``step()``: one sgrad training step of ``method`` at ``SGRAD_SETTINGS[setting]`` on the batch (x, labels)."""
+    from sgrad.experiments.loop import take_step
+    from sgrad.experiments.mnist import PaperConfig, build_network, mean_cross_entropy, summed_cross_entropy
+
+    config = PaperConfig(**SGRAD_SETTINGS[setting])
+    layers = build_network(method, x.shape[1], config)
+    y = np.eye(10, dtype=x.dtype)[labels]
+    loss_fn = summed_cross_entropy if config.loss == "sum" else mean_cross_entropy
+    return lambda: take_step(method, layers, x, y, loss_fn, config.alpha)
+
+
+class PeerSteps:
+    """The peer's training step in a process of its own environment, timed there on the peer's first batch."""
+
+    def __init__(self, args, method):
+        peer, python = peer_paths(args)
+        command = [python, str(pathlib.Path(__file__).resolve()), "_peer-serve", "--peer", str(peer),
+                   "--data", str(mnist_path(args)), "--method", method, "--batch-size", str(args.batch_size),
+                   "--lr", str(args.lr)]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, text=True)
+        self.answer()
+
+    def answer(self):
+        line = self.process.stdout.readline()
+        if not line:
+            self.close()
+            raise SystemExit("dni_pytorch_peer: the peer's timing process ended early")
+        return json.loads(line)
+
+    def __call__(self, calls):
+        """Seconds per step, over ``calls`` steps."""
+        self.process.stdin.write(f"{calls}\n")
+        self.process.stdin.flush()
+        return self.answer()["seconds"] / calls
+
+    def close(self):
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def step_time(args):
+    """Alternate sgrad's steps and the peer's, round by round; print the median ratios per method and setting.
+
+    In each round every sgrad setting of ``--sgrad-setting`` takes its turn, then the peer: the ratio of a
+    setting to the first one (one interface against every block, say) is measured in the same rounds.
+    """
+    peer_paths(args)  # before any work
+    settings = args.sgrad_setting or ["peer"]
+    with np.load(mnist_path(args)) as archive:
+        x = (archive["x_train"][:args.batch_size].reshape(args.batch_size, -1) / np.float32(255)).astype(np.float32)
+        labels = archive["y_train"][:args.batch_size].astype(np.int64)
+    print("| method | sgrad's setting | sgrad, ms per step | peer, ms per step | sgrad ÷ peer (median of rounds) |"
+          + (f" ÷ '{settings[0]}' |" if len(settings) > 1 else ""))
+    print("|---|---|---:|---:|---:|" + ("---:|" if len(settings) > 1 else ""))
+    for method in args.methods:
+        steps = [sgrad_step(method, x, labels, setting) for setting in settings]
+        peer = PeerSteps(args, method)
+        try:
+            for step in steps:
+                for _ in range(args.warmup):
+                    step()
+            peer(args.warmup)
+            start = time.perf_counter()
+            steps[0]()
+            calls = max(1, round(args.seconds / (time.perf_counter() - start)))
+            mine, theirs = [[] for _ in steps], []
+            for _ in range(args.rounds):
+                for step, times in zip(steps, mine):
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        step()
+                    times.append((time.perf_counter() - start) / calls)
+                theirs.append(peer(calls))
+        finally:
+            peer.close()
+        theirs_array = np.array(theirs)
+        for setting, times in zip(settings, mine):
+            row = (f"| {method} | {setting} | {1e3 * np.median(times):.2f} | {1e3 * np.median(theirs_array):.2f} | "
+                   f"{np.median(np.array(times) / theirs_array):.2f}× |")
+            if len(settings) > 1:
+                row += f" {np.median(np.array(times) / np.array(mine[0])):.2f}× |"
+            print(row, flush=True)
+
+
+# ----------------------------------------------------------------------------- the figure
+
+def figure(args):
+    """Draw the ablation (``--table``, JSON) as one panel per method: each row's mean, its seeds, the peer's mean."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = json.loads(pathlib.Path(args.table).read_text())
+    methods = [m for m in METHOD_FLAGS if any(row["method"] == m for row in table["rows"])]
+    rows = {m: [row for row in table["rows"] if row["method"] == m] for m in methods}
+    fig, axes = plt.subplots(len(methods), 1, figsize=(8, 1.0 + 0.42 * sum(len(r) + 1 for r in rows.values())),
+                             gridspec_kw={"height_ratios": [len(rows[m]) + 1 for m in methods]}, squeeze=False)
+    for ax, method in zip(axes[:, 0], methods):
+        labels = [row["change"] for row in rows[method]]
+        positions = np.arange(len(labels))[::-1]
+        peer = 100 * np.mean(table["peer"][method])
+        scores = [100 * np.array(row["accuracy"]) for row in rows[method]]
+        low = min(s.min() for s in scores) - 0.6
+        high = max(max(s.max() for s in scores), peer) + 0.4
+        for y, score in zip(positions, scores):
+            ax.barh(y, score.mean() - low, left=low, color="#4c72b0", height=0.6)
+            ax.text(low + 0.03 * (high - low), y, f"{score.mean():.2f}%", va="center", color="white", fontsize=8)
+            ax.plot(score, [y] * len(score), "o", color="black", markersize=3)
+        ax.axvline(peer, color="#dd8452", linestyle="--")
+        ax.text(peer, positions[0] + 0.55, f"the peer: {peer:.2f}%  ", ha="right", va="bottom", color="#dd8452",
+                fontsize=8)
+        ax.set_yticks(positions, labels, fontsize=8)
+        ax.set_xlim(low, high)
+        ax.set_ylim(-0.6, positions[0] + 1.1)
+        ax.set_title(method, fontsize=10, loc="left")
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1, 0].set_xlabel("test accuracy after 5,000 iterations (bars: mean of seeds 0-2; dots: each seed)")
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {args.out}")
+
+
+def parse_list(kind, choices=None):
+    def parse(text):
+        items = [part.strip() for part in text.split(",") if part.strip()]
+        try:
+            values = [kind(item) for item in items]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list; got {text!r}") from None
+        if not values or (choices is not None and any(v not in choices for v in values)):
+            raise argparse.ArgumentTypeError(f"expected a comma-separated subset of {','.join(choices or [])}; "
+                                             f"got {text!r}")
+        return values
+    return parse
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def shared(sub):
+        sub.add_argument("--peer", help="the peer's folder (default $DNI_PYTORCH)")
+        sub.add_argument("--peer-python", help="its environment's python (default $DNI_PYTORCH_PYTHON)")
+        sub.add_argument("--data", help="mnist.npz or its folder (default $SGRAD_DATA_DIR)")
+        sub.add_argument("--batch-size", type=int, default=256)
+        sub.add_argument("--lr", type=float, default=1e-3)
+
+    acc = commands.add_parser("accuracy", help="train the peer for each method and seed, one run at a time")
+    shared(acc)
+    acc.add_argument("--methods", type=parse_list(str, METHOD_FLAGS), default=list(METHOD_FLAGS))
+    acc.add_argument("--seeds", type=parse_list(int), default=[0, 1, 2])
+    acc.add_argument("--iterations", type=int, default=5000)
+    acc.add_argument("--out", help="write peer_runs.json here")
+
+    tim = commands.add_parser("time", help="sgrad's step against the peer's, in alternating rounds")
+    shared(tim)
+    tim.add_argument("--methods", type=parse_list(str, METHOD_FLAGS), default=list(METHOD_FLAGS))
+    tim.add_argument("--sgrad-setting", choices=SGRAD_SETTINGS, action="append",
+                     help="sgrad's network: 'peer' (the options that build the peer's network, default), 'peer, "
+                          "every block' (the same with an interface at every block) or 'default' (sgrad paper's "
+                          "method: an interface after every block's ReLU); give it more than once to time several "
+                          "settings in the same rounds")
+    tim.add_argument("--rounds", type=int, default=15)
+    tim.add_argument("--seconds", type=float, default=0.5, help="each side's time in a round (default 0.5)")
+    tim.add_argument("--warmup", type=int, default=20, help="steps each side takes before the rounds")
+
+    fig = commands.add_parser("figure", help="draw an ablation table (JSON) as a PNG")
+    fig.add_argument("--table", required=True, help="JSON: {'peer': {method: [accuracy per seed]}, 'rows': "
+                                                    "[{'method', 'change', 'accuracy': [per seed]}]}")
+    fig.add_argument("--out", required=True, help="the PNG to write")
+
+    for name in ("_peer-train", "_peer-serve"):  # run by the commands above, in the peer's environment
+        inner = commands.add_parser(name)
+        inner.add_argument("--peer", required=True)
+        inner.add_argument("--data", required=True)
+        inner.add_argument("--method", choices=METHOD_FLAGS, required=True)
+        inner.add_argument("--seed", type=int, default=0)
+        inner.add_argument("--iterations", type=int, default=5000)
+        inner.add_argument("--batch-size", type=int, default=256)
+        inner.add_argument("--lr", type=float, default=1e-3)
+    return parser, shared, commands
+
+
+def main():
+    parser, _, _ = build_parser()
+    args = parser.parse_args()
+    if args.command == "_peer-train":
+        peer_train(pathlib.Path(args.peer), args.data, args.method, args.seed, args.iterations, args.batch_size,
+                   args.lr)
+    elif args.command == "_peer-serve":
+        peer_serve(pathlib.Path(args.peer), args.data, args.method, args.batch_size, args.lr)
+    elif args.command == "accuracy":
+        accuracy(args)
+    elif args.command == "time":
+        step_time(args)
+    elif args.command == "figure":
+        figure(args)
+
+
+if __name__ == "__main__":
+    main()
