@@ -32,13 +32,14 @@ What ``--as-peer`` changes of the peer, all plumbing; its model, task, optimiser
 - ``Optimizer.zero_grad`` keeps gradients as zero arrays (``set_to_none=False``): the peer was written for
   PyTorch 1.7, whose default that was, and adds into ``.grad`` in place;
 - ``BatchGenerator.next_batch`` and ``increment`` are wrapped to count the steps and record each increment;
-- the budget: ``training.epochs`` large enough for ``--steps`` (an epoch is 1000 / batch batches), and the
-  training ends before step ``--steps`` + 1, or before the first step after ``--minutes``, by the
-  KeyboardInterrupt that the script's own handler takes as the end of training; ``seed`` is passed on.
+- the budget: ``training.epochs`` large enough for ``--steps`` (an epoch is 1000 / batch batches); the
+  training ends before step ``--steps`` + 1, or at the first step after ``--minutes`` of the process's
+  processor time (a core's minutes, however crowded the machine), by the KeyboardInterrupt that the script's
+  own handler takes as the end of training; ``seed`` is passed on.
 
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/bp_lambda_peer.py --peer-python /work/peers/venv-bp/bin/python
-      --peer-dir /work/peers/bp_lambda --steps 1000 --out results/bp-lambda-peer
-      (add ``--synthetic-gradients --batch 10 --minutes 60`` for BP(λ) at a tenth of the batch)
+      --peer-dir /work/peers/bp_lambda --steps 3000 --out results/bp-lambda-peer
+      (``--synthetic-gradients --batch 10 --steps 100000 --minutes 60``: BP(λ) at a tenth of the batch)
 """
 
 import argparse
@@ -76,13 +77,13 @@ def run_peer(peer_dir, steps, seed, record, *, synthetic_gradients=False, batch=
     from dataset.copy_repeat import BatchGenerator
 
     curve = {"step": [0], "N": [1], "R": [1], "seconds": [0.0]}
-    counter = {"steps": 0, "start": time.perf_counter()}
-    deadline = None if minutes is None else counter["start"] + 60 * minutes
+    counter = {"steps": 0, "start": time.perf_counter(), "processor": time.process_time()}
+    deadline = None if minutes is None else counter["processor"] + 60 * minutes
     next_batch, increment = BatchGenerator.next_batch, BatchGenerator.increment
 
     def counted_next_batch(self):
         if self.batch_size == batch:  # the training set's batches (validation and test sets are drawn apart)
-            if counter["steps"] >= steps or (deadline is not None and time.perf_counter() > deadline):
+            if counter["steps"] >= steps or (deadline is not None and time.process_time() > deadline):
                 raise KeyboardInterrupt  # the script's handler ends the training here
             counter["steps"] += 1
         return next_batch(self)
@@ -103,6 +104,7 @@ def run_peer(peer_dir, steps, seed, record, *, synthetic_gradients=False, batch=
         sys.argv.insert(2, "model.apply_sg=True")
     runpy.run_path("copy-repeat.py", run_name="__main__")
     curve["last_step"], curve["wall_time"] = counter["steps"], time.perf_counter() - counter["start"]
+    curve["processor_time"] = time.process_time() - counter["processor"]
     pathlib.Path(record).write_text(json.dumps(curve))
 
 
@@ -163,7 +165,7 @@ def run_sgrad(steps, seed, lam=None, gamma=0.9, batch=BATCH, per_sequence=False)
     targets = ONE_WINDOW if lam is None else LambdaReturn(lam)
     n, r = 1, 1
     curve = {"step": [0], "N": [1], "R": [1], "seconds": [0.0]}
-    start = time.perf_counter()
+    start, processor = time.perf_counter(), time.process_time()
     for step in range(1, steps + 1):
         x, y, mask = copy_repeat_batch(n, r, rng, batch)
         if per_sequence:
@@ -176,6 +178,7 @@ def run_sgrad(steps, seed, lam=None, gamma=0.9, batch=BATCH, per_sequence=False)
             for key, value in (("step", step), ("N", n), ("R", r), ("seconds", time.perf_counter() - start)):
                 curve[key].append(value)
     curve["last_step"], curve["wall_time"] = steps, time.perf_counter() - start
+    curve["processor_time"] = time.process_time() - processor
     return curve
 
 
@@ -229,7 +232,8 @@ def main(argv=None):
     parser.add_argument("--peer-python", help="the Python of the peer's own environment")
     parser.add_argument("--peer-dir", required=True, help="a checkout of neuralml/bp_lambda")
     parser.add_argument("--steps", type=int, default=1000, help="the budget, in training steps (default 1000)")
-    parser.add_argument("--minutes", type=float, help="end the peer's training after this many minutes, if sooner")
+    parser.add_argument("--minutes", type=float,
+                        help="end the peer's training after this many minutes of its processor time, if sooner")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--synthetic-gradients", action="store_true",
                         help="BP(λ) on (the peer's model.apply_sg=True; its copy-repeat defaults have it off)")
@@ -271,7 +275,8 @@ def main(argv=None):
     draw(curves, peer["last_step"], title, out / "copy_repeat.png")
     for name, curve in curves.items():
         print(f"{name}: increments at steps {curve['step'][1:]}, (N, R) reached {(curve['N'][-1], curve['R'][-1])}, "
-              f"{curve['wall_time']:.0f} s for {curve['last_step']} steps")
+              f"{curve['wall_time']:.0f} s ({curve.get('processor_time', float('nan')):.0f} s of processor time) "
+              f"for {curve['last_step']} steps")
     return 0
 
 
