@@ -43,7 +43,7 @@ def window_jacobian(core: Any, x: np.ndarray, state: np.ndarray) -> np.ndarray:
 
 def accumulate_trace(trace: Trace | None, generator: Any, state: np.ndarray, jacobian: np.ndarray | None,
                      lam: float) -> Trace:
-    """e_k = λ J_{k-1} e_{k-1} + ∂M(s_k)/∂θ, each (batch, state_dim, *parameter.shape); None starts a trace.
+    """e_k = λ J_{k-1} e_{k-1} + ∂M(s_k)/∂θ, each ``(batch, state_dim, *parameter.shape)``; None starts a trace.
 
     ``jacobian`` is J_{k-1} (batch, state_dim, state_dim), the window from the trace's last boundary to s_k.
     """
@@ -88,7 +88,7 @@ class BPLambda(BoundaryTargets):
 
     λ = 0 is the one-window method; offline it is :class:`~sgrad.boundary_targets.LambdaReturn`(λ).  M needs
     ``parameter_jacobians(h)`` and ``apply_gradients(gradients, alpha)`` (:class:`~sgrad.LinearGenerator`).
-    Returns, per boundary, M's one-window regression loss 1/(2 batch) |M(s_k) - δ_k|², for comparison.
+    Returns, per boundary, M's one-window regression loss ``1/(2 batch) |M(s_k) - δ_k|²``, for comparison.
     """
 
     def __init__(self, lam: float) -> None:

@@ -172,7 +172,7 @@ class LinearGenerator(Generator):
         super().__init__(net, output_dim, condition_dim)
 
     def parameter_jacobians(self, h: np.ndarray, condition: np.ndarray | None = None) -> dict[str, np.ndarray]:
-        """dĝ/dθ of each example, keyed as :attr:`parameters`: (batch, output_dim, *parameter.shape).
+        """dĝ/dθ of each example, keyed as :attr:`parameters`: ``(batch, output_dim, *parameter.shape)``.
 
         ĝ_i = Σ_a x_a W_ai + b_i with x = [h, c], so dĝ_i/dW_ac = x_a [i = c] and dĝ_i/db_c = [i = c].
         What eligibility traces accumulate (:mod:`sgrad.eligibility_traces`).

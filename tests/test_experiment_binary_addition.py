@@ -22,10 +22,10 @@ SMALL = TrainConfig(epochs=150, batch_size=16, alpha=0.01, generator_alpha=0.01,
 TINY = dict(output_dim=5, num_train=64, num_test=16, epochs=3, batch_size=16, hidden=(8, 8))
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Found by experiment: with plain SGD, a generator learning rate of 3 (six times the layers' 0.5) makes the
-# generators' least-squares regression blow up (dni at step 95, cdni at step 92), while backprop and no-bprop,
-# which have no generators, train on.
-# float64: the steps named below, and the two ways these runs overflow (inside a step, and in the evaluation at the
-# end of an epoch), are those of this dtype.
+# generators' least-squares regression blow up (dni at step 96, cdni at step 92), while backprop and no-bprop,
+# which have no generators, train on.  Both overflow in the evaluation at the end of an epoch (a divergence inside
+# a step is tested in test_loop.py).  float64: the steps named below are those of this dtype, and they move by a
+# step when the order of a sum in the generators' loss changes.
 DIVERGING_TASK = dict(output_dim=5, num_train=64, num_test=16)
 DIVERGING = TrainConfig(epochs=30, batch_size=16, hidden=(16, 16), update_rule="sgd", alpha=0.5, generator_alpha=3.0,
                         dtype="float64")
@@ -233,10 +233,10 @@ def test_compare_refuses_a_network_too_large_before_it_makes_any_data(monkeypatc
 
 
 def test_a_diverging_run_stops_with_the_method_step_and_learning_rate():
-    with pytest.raises(sgrad.TrainingDiverged, match=r"^dni diverged at step 95: .* The learning rate "
+    with pytest.raises(sgrad.TrainingDiverged, match=r"^dni diverged at step 96: .* The learning rate "
                                                      r"\(alpha=0.5, generator_alpha=3.0\) is the likely") as info:
         train("dni", generate_split(**DIVERGING_TASK, seed=0), DIVERGING)
-    assert len(info.value.history["step_loss"]) == 94 < 30 * 4
+    assert len(info.value.history["step_loss"]) == 96 < 30 * 4
 
 
 @pytest.fixture(scope="module")
@@ -255,8 +255,8 @@ def test_no_warning_leaks_from_a_diverging_comparison_its_table_or_its_figure(di
 
 def test_the_diverged_methods_stop_at_once_naming_method_step_and_learning_rate(diverging_compare):
     histories, _, _ = diverging_compare
-    # dni overflowed inside step 95; cdni finished step 92 and overflowed in the evaluation at the end of its epoch.
-    for method, step, recorded in (("dni", 95, 94), ("cdni", 92, 92)):
+    # Each finished its step (96 and 92) and overflowed in the evaluation at the end of that epoch.
+    for method, step, recorded in (("dni", 96, 96), ("cdni", 92, 92)):
         history = histories[method]
         assert history["diverged_at_step"] == step
         assert history["diverged"].startswith(f"{method} diverged at step {step}: ")
@@ -276,7 +276,7 @@ def test_compare_carries_on_with_the_methods_that_survive(diverging_compare):
 def test_the_results_table_says_where_each_method_diverged(diverging_compare):
     histories, out, _ = diverging_compare
     rows = (out / "results.md").read_text().splitlines()
-    assert rows[4].startswith("| dni | diverged |") and "diverged at step 95" in rows[4]
+    assert rows[4].startswith("| dni | diverged |") and "diverged at step 96" in rows[4]
     assert rows[5].startswith("| cdni | diverged |") and "diverged at step 92" in rows[5]
     assert re.match(r"\| backprop \| \d+\.\d% \|", rows[2])
     assert (out / "results.md").read_text() == sgrad.results_table(histories) + "\n"
@@ -293,8 +293,8 @@ def test_the_figure_of_a_diverging_comparison_is_a_real_png(diverging_compare):
 def test_the_figure_marks_where_a_method_diverged(diverging_compare):
     histories, _, _ = diverging_compare
     figure = comparison_figure(histories, steps_per_epoch=4)
-    assert [text.get_text() for text in figure.axes[0].texts] == ["dni diverged at step 95",
+    assert [text.get_text() for text in figure.axes[0].texts] == ["dni diverged at step 96",
                                                                    "cdni diverged at step 92"]
     marker = figure.axes[0].lines[-2]  # after the four curves: dni's x, at its last finite step loss, then cdni's
     assert marker.get_marker() == "x"
-    assert (marker.get_xdata()[0], marker.get_ydata()[0]) == (95 / 4, histories["dni"]["step_loss"][-1])
+    assert (marker.get_xdata()[0], marker.get_ydata()[0]) == (96 / 4, histories["dni"]["step_loss"][-1])
