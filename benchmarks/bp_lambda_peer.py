@@ -40,6 +40,8 @@ What ``--as-peer`` changes of the peer, all plumbing; its model, task, optimiser
 Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/bp_lambda_peer.py --peer-python /work/peers/venv-bp/bin/python
       --peer-dir /work/peers/bp_lambda --steps 3000 --out results/bp-lambda-peer
       (``--synthetic-gradients --batch 10 --steps 100000 --minutes 60``: BP(λ) at a tenth of the batch)
+      ``--seed S`` a run per seed, each with its own ``--out``; then ``--combine OUT0 OUT1 OUT2 --out OUT`` draws
+      them, a panel per run, in OUT/copy_repeat_runs.png (training nothing)
 """
 
 import argparse
@@ -208,6 +210,19 @@ def sequence_step(core, readout, x, y, mask, alpha):
     return total
 
 
+COLORS = ("tab:orange", "tab:blue", "tab:green")
+
+
+def draw_curves(ax, curves, steps, title):
+    """On ``ax``: each curve's sequence length (R + 1) N + 3 against the training step, to step ``steps``."""
+    for (name, curve), color in zip(curves.items(), COLORS):
+        lengths = [(r + 1) * n + 3 for n, r in zip(curve["N"], curve["R"])]
+        ax.step(curve["step"] + [curve["last_step"]], lengths + lengths[-1:], where="post", color=color, label=name)
+    ax.set_xlim(0, steps)
+    ax.set_xlabel("training step")
+    ax.set_title(title, fontsize=10)
+
+
 def draw(curves, steps, title, path):
     import matplotlib
 
@@ -215,22 +230,48 @@ def draw(curves, steps, title, path):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for (name, curve), color in zip(curves.items(), ("tab:orange", "tab:blue", "tab:green")):
-        lengths = [(r + 1) * n + 3 for n, r in zip(curve["N"], curve["R"])]
-        ax.step(curve["step"] + [curve["last_step"]], lengths + lengths[-1:], where="post", color=color, label=name)
-    ax.set_xlim(0, steps)
-    ax.set_xlabel("training step")
+    draw_curves(ax, curves, steps, title)
     ax.set_ylabel("sequence length (R + 1) N + 3")
-    ax.set_title(title, fontsize=10)
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def combine(folders, path, title=None):
+    """One figure, a panel per earlier run's folder (its peer.json and sgrad.json), sharing the length axis.
+
+    Trains nothing.  Returns the runs' curves, ``[{name: curve}]``, in the folders' order.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs, titles = [], []
+    for folder in map(pathlib.Path, folders):
+        peer, ours = (json.loads((folder / name).read_text()) for name in ("peer.json", "sgrad.json"))
+        setting = json.loads((folder / "run.json").read_text()) if (folder / "run.json").exists() else {}
+        label = "peer (BP(λ), traces)" if setting.get("synthetic_gradients") else "peer (no synthetic gradients)"
+        runs.append({label: peer, **ours})
+        titles.append(f"seed {setting['seed']}" if "seed" in setting else folder.name.replace("-", " "))
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.4 * len(runs), 4.1), sharey=True, squeeze=False)
+    for ax, panel, curves in zip(axes[0], titles, runs):
+        draw_curves(ax, curves, max(curve["last_step"] for curve in curves.values()), panel)
+    axes[0][0].set_ylabel("sequence length (R + 1) N + 3")
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=3, fontsize=9)
+    if title is not None:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return runs
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--peer-python", help="the Python of the peer's own environment")
-    parser.add_argument("--peer-dir", required=True, help="a checkout of neuralml/bp_lambda")
+    parser.add_argument("--peer-dir", help="a checkout of neuralml/bp_lambda (needed unless --combine)")
     parser.add_argument("--steps", type=int, default=1000, help="the budget, in training steps (default 1000)")
     parser.add_argument("--minutes", type=float,
                         help="end the peer's training after this many minutes of its processor time, if sooner")
@@ -243,11 +284,21 @@ def main(argv=None):
     parser.add_argument("--out", default="results/bp-lambda-peer")
     parser.add_argument("--as-peer", metavar="RECORD", help="(internal) run the peer here, recording to RECORD")
     parser.add_argument("--skip-peer", action="store_true", help="reuse OUT/peer.json from an earlier run")
+    parser.add_argument("--title", help="with --combine: the figure's title")
+    parser.add_argument("--combine", nargs="+", metavar="FOLDER",
+                        help="train nothing: draw the runs saved in these folders (an --out each), a panel per run, "
+                             "in OUT/copy_repeat_runs.png")
     args = parser.parse_args(argv)
+    if args.combine:
+        pathlib.Path(args.out).mkdir(parents=True, exist_ok=True)
+        combine(args.combine, pathlib.Path(args.out) / "copy_repeat_runs.png", args.title)
+        return 0
     if args.as_peer:
         run_peer(args.peer_dir, args.steps, args.seed, args.as_peer, synthetic_gradients=args.synthetic_gradients,
                  batch=args.batch, minutes=args.minutes)
         return 0
+    if args.peer_dir is None:
+        parser.error("--peer-dir is needed to run the peer (or --combine FOLDER ... to draw saved runs)")
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if not args.skip_peer:
@@ -269,6 +320,8 @@ def main(argv=None):
         curves["sgrad (the same, one step per sequence)"] = run_sgrad(peer["last_step"], args.seed, batch=args.batch,
                                                                       per_sequence=True)
     (out / "sgrad.json").write_text(json.dumps({name: curve for name, curve in curves.items() if curve is not peer}))
+    (out / "run.json").write_text(json.dumps({"seed": args.seed, "batch": args.batch,
+                                              "synthetic_gradients": args.synthetic_gradients}))
     setting = "BP(λ)" if args.synthetic_gradients else "no synthetic gradients"
     title = (f"Copy-repeat, {setting}, batch {args.batch}, seed {args.seed}"
              + (" (the peer's defaults)" if args.batch == BATCH and not args.synthetic_gradients else " (not the defaults)"))

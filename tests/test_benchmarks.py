@@ -213,3 +213,26 @@ def test_the_peer_adapters_per_sequence_step_descends_the_sum_of_each_steps_own_
     assert bp_lambda_peer.sequence_step(core, readout, x, y, mask, 0.5) == pytest.approx(before, rel=1e-12)
     for (module, name), value in expected.items():
         np.testing.assert_allclose(module.parameters[name], value, rtol=0, atol=1e-8, err_msg=name)
+
+
+def test_the_peer_adapter_combines_saved_runs_into_one_figure_a_panel_per_run(tmp_path):
+    """--combine reads each folder's peer.json and sgrad.json (here: sgrad's own curves in the peer's place)."""
+    bp_lambda_peer = pytest.importorskip("bp_lambda_peer")
+    import json
+
+    folders = []
+    for seed in (0, 1):
+        folder = tmp_path / f"seed-{seed}"
+        folder.mkdir()
+        curve = bp_lambda_peer.run_sgrad(3, seed, batch=4)
+        (folder / "peer.json").write_text(json.dumps(curve))
+        (folder / "sgrad.json").write_text(json.dumps({"sgrad (truncated BPTT, T = 1)": curve}))
+        folders.append(str(folder))
+    assert bp_lambda_peer.main(["--combine", *folders, "--out", str(tmp_path / "both"), "--title", "two runs"]) == 0
+    head = (tmp_path / "both" / "copy_repeat_runs.png").read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    assert width > 2 * height  # two panels side by side
+    runs = bp_lambda_peer.combine(folders, tmp_path / "again.png")
+    assert [list(run) for run in runs] == [["peer (no synthetic gradients)", "sgrad (truncated BPTT, T = 1)"]] * 2
+    assert runs[0]["sgrad (truncated BPTT, T = 1)"]["last_step"] == 3
