@@ -236,3 +236,63 @@ def test_the_peer_adapter_builds_the_peers_copy_repeat_task_and_trains_sgrad_at_
     assert mask[:, :4].sum() == 0 and np.allclose(mask.sum(axis=1) * 9, 1.0)  # the mean over scored steps, channels
     curve = bp_lambda_peer.run_sgrad(2, 0, 1.0, 0.9)
     assert curve["last_step"] == 2 and curve["N"][0] == curve["R"][0] == 1
+
+
+def test_the_peer_adapters_per_sequence_step_descends_the_sum_of_each_steps_own_truncated_gradient():
+    """sequence_step's one step is -α Σ_t dL_t/dθ with s_{t-1} held: checked by central differences."""
+    bp_lambda_peer = pytest.importorskip("bp_lambda_peer")
+    from sgrad import Layer
+    from sgrad.losses import bce_with_logits
+    from sgrad.recurrent import LSTM
+    from sgrad.tbptt import window_loss
+
+    rng = np.random.default_rng(1)
+    x, y, mask = bp_lambda_peer.copy_repeat_batch(1, 2, rng, batch=3)
+    core, readout = LSTM(10, 3, update_rule="sgd", seed=2), Layer(3, 9, "identity", update_rule="sgd", seed=3)
+    states = [core.initial_state(3)]
+    for t in range(x.shape[1]):
+        states.append(core.forward(x[:, t:t + 1], states[-1])[1])
+
+    def truncated_loss():  # Σ_t L_t, each step from the state the unperturbed pass reached: T = 1
+        return sum(window_loss(readout, core.forward(x[:, t:t + 1], states[t])[0], y[:, t:t + 1], mask[:, t:t + 1],
+                               bce_with_logits, 3)[0] for t in range(x.shape[1]))
+
+    expected = {}
+    for module in (core, readout):
+        for name, value in module.parameters.items():
+            gradient = np.zeros_like(value)
+            for index in np.ndindex(value.shape):
+                kept = value[index]
+                value[index] = kept + 1e-6
+                up = truncated_loss()
+                value[index] = kept - 1e-6
+                gradient[index] = (up - truncated_loss()) / 2e-6
+                value[index] = kept
+            expected[module, name] = value - 0.5 * gradient
+    before = truncated_loss()
+    assert bp_lambda_peer.sequence_step(core, readout, x, y, mask, 0.5) == pytest.approx(before, rel=1e-12)
+    for (module, name), value in expected.items():
+        np.testing.assert_allclose(module.parameters[name], value, rtol=0, atol=1e-8, err_msg=name)
+
+
+def test_the_peer_adapter_combines_saved_runs_into_one_figure_a_panel_per_run(tmp_path):
+    """--combine reads each folder's peer.json and sgrad.json (here: sgrad's own curves in the peer's place)."""
+    bp_lambda_peer = pytest.importorskip("bp_lambda_peer")
+    import json
+
+    folders = []
+    for seed in (0, 1):
+        folder = tmp_path / f"seed-{seed}"
+        folder.mkdir()
+        curve = bp_lambda_peer.run_sgrad(3, seed, batch=4)
+        (folder / "peer.json").write_text(json.dumps(curve))
+        (folder / "sgrad.json").write_text(json.dumps({"sgrad (truncated BPTT, T = 1)": curve}))
+        folders.append(str(folder))
+    assert bp_lambda_peer.main(["--combine", *folders, "--out", str(tmp_path / "both"), "--title", "two runs"]) == 0
+    head = (tmp_path / "both" / "copy_repeat_runs.png").read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    assert width > 2 * height  # two panels side by side
+    runs = bp_lambda_peer.combine(folders, tmp_path / "again.png")
+    assert [list(run) for run in runs] == [["peer (no synthetic gradients)", "sgrad (truncated BPTT, T = 1)"]] * 2
+    assert runs[0]["sgrad (truncated BPTT, T = 1)"]["last_step"] == 3
