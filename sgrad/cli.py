@@ -360,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     rnn.add_argument("--traces", action="store_true",
                      help="with --lambda: learn the λ-return online with eligibility traces over the generator's "
                           "parameters, accumulate BP(λ), instead of targets computed on copies")
+    rnn.add_argument("--core-traces", action="store_true",
+                     help="the LSTM's weight gradient within each window by e-prop's eligibility traces, forward in "
+                          "time, instead of backpropagation through the window (default: BPTT)")
     rnn.add_argument("--eval-every", type=_int_at_least(1), default=RNN_DEFAULTS.eval_every,
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     _add_output(rnn, "rnn", unit="cell", steps="steps", every=1000)
@@ -536,7 +539,7 @@ def _rnn(args: argparse.Namespace) -> str:
                        max_repeats=args.max_repeats, alpha=args.lr, generator_alpha=args.generator_lr,
                        synthetic_scale=args.synthetic_scale, generator_targets=args.targets,
                        target_windows=args.target_windows, td_lambda=args.td_lambda, traces=args.traces,
-                       eval_every=args.eval_every)
+                       core_traces=args.core_traces, eval_every=args.eval_every)
     results = run_rnn_grid(tasks=args.tasks, methods=args.methods, windows=args.windows, seeds=args.seeds,
                            config=config, out_dir=args.out, progress=None if args.quiet else print_progress,
                            checkpoint_every=args.checkpoint_every or None)

@@ -17,17 +17,19 @@ import numpy as np
 
 from . import validation
 from .boundary_targets import ONE_WINDOW, BoundaryTargets, OneWindow
+from .eprop import eprop_backward
 from .generators import SyntheticLossGenerator
 from .module import Module
-from .recurrent import check_sequence
+from .recurrent import LSTM, check_sequence
 
 SequenceLoss = Callable[..., tuple[Any, np.ndarray]]
+CORE_GRADIENTS = ("bptt", "eprop")
 
 
 def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: SequenceLoss, alpha: float, *,
                window: int, mask: np.ndarray | None = None, state: np.ndarray | None = None,
                sequence_ends: bool = True, generator: Any = None, generator_alpha: float | None = None,
-               synthetic_scale: float = 1.0, targets: BoundaryTargets = ONE_WINDOW
+               synthetic_scale: float = 1.0, targets: BoundaryTargets = ONE_WINDOW, core_gradient: str = "bptt"
                ) -> tuple[float, np.ndarray, list[float]]:
     """Truncated BPTT over windows of T = ``window`` steps, with DNI at the boundaries if M = ``generator`` is given.
 
@@ -39,6 +41,11 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
     4. if s_k is a boundary (an earlier window, or a carried ``state``, ended there): M learns from
        ``targets``, by default regressing M(s_k) onto δ_k (rate ``generator_alpha``, default ``alpha``);
     5. the core and the readout descend (rate ``alpha``).
+
+    ``core_gradient='eprop'`` (an :class:`~sgrad.recurrent.LSTM` core only): the core descends along
+    :func:`sgrad.eprop.eprop_backward`'s estimate, from the same dL_k/d(outputs) and ĝ_{k+1}, computed forward in
+    time with eligibility traces instead of 3.'s backward pass.  3. then runs only if M learns, for δ_k: M's
+    targets are the same as with 'bptt'.  The default, 'bptt', is truncated BPTT within each window.
 
     x: (batch, time, input_dim); y: (batch, time, ...) as ``loss_fn`` (a loss of :mod:`sgrad.losses`, called with
     ``reduction='none'``) takes it; mask: (batch, time) step weights (default ones).  L = (1/batch) Σ mask ℓ
@@ -53,7 +60,7 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
     a training loop that sees it raise treats the run as diverged, or carries on from its last checkpoint.
     """
     s, window, weights, scale = check_tbptt(core, readout, x, y, loss_fn, alpha, window, mask, state, sequence_ends,
-                                            generator, generator_alpha, synthetic_scale, targets)
+                                            generator, generator_alpha, synthetic_scale, targets, core_gradient)
     batch, time, _ = x.shape
     generator_alpha = alpha if generator_alpha is None else generator_alpha
     total, generator_losses = 0.0, list[float]()
@@ -63,7 +70,10 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
         loss, d_outputs = window_loss(readout, outputs, y[:, begin:end], weights[:, begin:end], loss_fn, batch)
         cut_off = generator is None or (end == time and sequence_ends)
         g_hat = None if cut_off else scale * generator.predict(s_next)                              # 2.
-        _, delta = core.backward(d_outputs, g_hat, input_delta=False)                               # 3. δ_k
+        if core_gradient == "bptt" or generator is not None:
+            _, delta = core.backward(d_outputs, g_hat, input_delta=False)                           # 3. δ_k
+        if core_gradient == "eprop":
+            eprop_backward(core, d_outputs, g_hat)  # the core's gradient replaced by e-prop's estimate
         if generator is not None and (begin > 0 or state is not None):                              # 4.
             boundary = Boundary(core, readout, loss_fn, x[:, begin:], y[:, begin:], weights[:, begin:], s,
                                 window, delta, generator, scale, sequence_ends, first=not generator_losses)
@@ -134,7 +144,7 @@ class Boundary:
 
 
 def check_tbptt(core, readout, x, y, loss_fn, alpha, window, mask, state, sequence_ends, generator, generator_alpha,
-                synthetic_scale, targets):
+                synthetic_scale, targets, core_gradient="bptt"):
     """Check the arguments of :func:`tbptt_step` before any window runs.
 
     Returns ``(s_0, window, step weights (batch, time), γ)``: s_0 is ``state``, or zeros.
@@ -146,6 +156,10 @@ def check_tbptt(core, readout, x, y, loss_fn, alpha, window, mask, state, sequen
         validation.check_learning_rate(generator_alpha, "generator_alpha")
     scale = validation.check_number(synthetic_scale, "synthetic_scale", above=0, at_most=1, example="0.1")
     validation.check_bool(sequence_ends, "sequence_ends")
+    validation.check_choice(core_gradient, "core_gradient", CORE_GRADIENTS)
+    if core_gradient == "eprop" and not isinstance(core, LSTM):
+        raise TypeError(f"core_gradient='eprop' needs an sgrad.recurrent.LSTM core (its traces follow the cell c); "
+                        f"got {type(core).__name__}. Use core_gradient='bptt' for it")
     if not isinstance(targets, BoundaryTargets):
         raise TypeError(f"targets must be one of sgrad.boundary_targets' strategies, such as NWindows(2); "
                         f"got {type(targets).__name__}")

@@ -46,6 +46,15 @@ def test_a_dni_cell_trains_on_the_lambda_return_and_records_it(traces):
     assert history["step"] == [20, 40] and all(np.isfinite(history["error"]))
 
 
+@pytest.mark.parametrize("method", rnn.RNN_METHODS)
+def test_a_cell_trains_with_the_cores_gradient_by_eligibility_traces(method):
+    """At N = 1 a Copy sequence has 3 steps, its loss at the last: T = 3 takes the path through h_(t-1) that
+    e-prop leaves out (with T = 2 the loss's window is one step, where e-prop is BPTT)."""
+    history = train_cell("copy", method, 3, dataclasses.replace(TINY, core_traces=True))
+    assert history["step"] == [20, 40] and all(np.isfinite(history["error"]))
+    assert history["train_loss"][1] != train_cell("copy", method, 3, TINY)["train_loss"][1]
+
+
 def test_every_method_starts_from_the_same_core_and_readout():
     bptt, dni = build_model("copy", "bptt", TINY), build_model("copy", "dni", TINY)
     assert len(bptt) == 2 and len(dni) == 3 and dni[2].output_dim == dni[0].state_dim == 2 * TINY.hidden
@@ -142,6 +151,18 @@ def test_the_command_writes_its_files_and_a_second_run_reuses_the_cells(tmp_path
     assert second.stderr.count("loaded from out") == 8 and "done in" not in second.stderr
 
 
+def test_the_command_trains_the_core_by_eligibility_traces_with_core_traces(tmp_path):
+    args = [*TINY_ARGS, "--windows", "2", "--tasks", "copy", "--out", "out"]
+    result = run_sgrad(tmp_path, *args, "--core-traces")
+    assert result.returncode == 0, result.stderr
+    assert "| copy | dni |" in result.stdout
+    for method in rnn.RNN_METHODS:
+        cell = json.loads((tmp_path / "out" / "cells" / f"copy-{method}-T2-seed0.json").read_text())
+        assert cell["settings"]["config"]["core_traces"] is True
+    again = run_sgrad(tmp_path, *args)  # without the flag: other settings, so the cells train again
+    assert again.returncode == 0 and again.stderr.count("loaded from out") == 0
+
+
 def test_a_checkpoint_whose_curriculum_is_damaged_is_refused_in_one_line_naming_it(tmp_path):
     args = [*TINY_ARGS, "--windows", "2", "--tasks", "copy", "--methods", "bptt", "--checkpoint-every", "20"]
     first = run_sgrad(tmp_path, *args, "--out", "out")
@@ -167,6 +188,7 @@ def test_a_checkpoint_whose_curriculum_is_damaged_is_refused_in_one_line_naming_
     (["--lambda", "1.5"], "argument --lambda: must be a finite number in [0, 1], e.g. 0.5; got 1.5"),
     (["--lambda", "half"], "argument --lambda: expected a number; got 'half'"),
     (["--traces"], "traces=True learns the λ-return online: give td_lambda too"),
+    (["--core-traces=yes"], "argument --core-traces: ignored explicit argument 'yes'"),
     (["--targets", "true", "--target-windows", "2"], "generator_targets='true' backpropagates through every later "
                                                      "step already; target_windows=2 asks for n-step"),
     (["--methods", "bptt", "--target-windows", "2"], "sgrad rnn: error: --target-windows 2 does nothing here: it sets "

@@ -11,6 +11,7 @@ from conftest import RecordingGenerator, assert_same_state, tree_state
 import sgrad
 from sgrad import BatchNorm, Layer, LinearGenerator, Sequential, SyntheticLossGenerator, UpdateRule
 from sgrad.boundary_targets import NWindows, Untruncated
+from sgrad.eprop import eprop_backward
 from sgrad.losses import mse
 from sgrad.recurrent import LSTM, RNN
 from sgrad.tbptt import tbptt_step
@@ -117,6 +118,66 @@ def test_truncated_bptt_without_a_generator_stops_the_gradient_at_each_boundary(
     for name in core.parameters:
         np.testing.assert_allclose(core.update_state[name]["sum"], expected[name], rtol=1e-13, atol=1e-15, err_msg=name)
     assert np.abs(core.update_state["weights_h"]["sum"] - full["weights_h"]).max() > 1e-3  # truncation lost something
+
+
+@pytest.mark.parametrize("with_generator", [False, True])
+def test_eprop_for_the_core_is_truncated_bptt_where_the_lstm_has_no_recurrent_weights(with_generator):
+    sums = {}
+    for core_gradient in ("bptt", "eprop"):
+        core, readout, x, y, mask = _sequence_task(LSTM, update_rule=SumOfGradients())
+        core.weights_h[...] = 0.0  # no path from h_(t-1) into later gates: e-prop's traces are then exact
+        generator = LinearGenerator(core.state_dim, seed=1) if with_generator else None
+        tbptt_step(core, readout, x, y, mse, 0.1, window=3, mask=mask, generator=generator,
+                   core_gradient=core_gradient)
+        sums[core_gradient] = {name: core.update_state[name]["sum"] for name in core.parameters}
+    for name, total in sums["bptt"].items():
+        np.testing.assert_allclose(sums["eprop"][name], total, rtol=1e-10, atol=1e-13, err_msg=name)
+
+
+def test_eprop_for_the_core_sums_each_windows_estimate_and_differs_from_bptt_with_recurrent_weights():
+    core, readout, x, y, mask = _sequence_task(LSTM, update_rule=SumOfGradients())
+    expected, state = {name: 0.0 for name in core.parameters}, None
+    for begin in (0, 3, 6):
+        copy_core, copy_readout = copy.deepcopy((core, readout))
+        outputs, last_state = copy_core.forward(x[:, begin:begin + 3], state)
+        _, d = mse(copy_readout.forward(outputs.reshape(-1, 3)), y[:, begin:begin + 3].reshape(-1, 2),
+                   reduction="none")
+        d_outputs = copy_readout.backward(d * mask[:, begin:begin + 3].reshape(-1, 1) / 3).reshape(outputs.shape)
+        eprop_backward(copy_core, d_outputs)
+        expected = {name: expected[name] + copy_core.gradients[name] for name in expected}
+        state = last_state
+    bptt_core = copy.deepcopy(core)
+    tbptt_step(bptt_core, copy.deepcopy(readout), x, y, mse, 0.1, window=3, mask=mask)
+    tbptt_step(core, readout, x, y, mse, 0.1, window=3, mask=mask, core_gradient="eprop")
+    for name in core.parameters:
+        np.testing.assert_allclose(core.update_state[name]["sum"], expected[name], rtol=1e-12, atol=1e-15,
+                                   err_msg=name)
+    assert np.abs(core.update_state["weights_h"]["sum"] - bptt_core.update_state["weights_h"]["sum"]).max() > 1e-3
+
+
+def test_eprop_for_the_core_trains_a_few_steps_with_a_generator():
+    core, readout, x, y, mask = _sequence_task(LSTM, update_rule="adam")
+    generator = LinearGenerator(core.state_dim, seed=1)
+    before = core.weights_h.copy()
+    losses = [tbptt_step(core, readout, x, y, mse, 0.01, window=3, mask=mask, generator=generator,
+                         core_gradient="eprop")[0] for _ in range(20)]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert np.abs(core.weights_h - before).max() > 1e-3
+
+
+def test_the_default_core_gradient_is_bptt_bit_for_bit():
+    runs = []
+    for options in ({}, {"core_gradient": "bptt"}):
+        core, readout, x, y, mask = _sequence_task(LSTM)
+        generator = LinearGenerator(core.state_dim, seed=1)
+        loss, state, generator_losses = tbptt_step(core, readout, x, y, mse, 0.1, window=2, mask=mask,
+                                                   generator=generator, **options)
+        runs.append((loss, state, generator_losses, (core, readout, generator)))
+    (loss, state, generator_losses, modules), (loss_bptt, state_bptt, generator_losses_bptt, modules_bptt) = runs
+    assert loss == loss_bptt and generator_losses == generator_losses_bptt
+    np.testing.assert_array_equal(state, state_bptt)
+    for module, module_bptt in zip(modules, modules_bptt):
+        assert_same_state(module, tree_state(module_bptt))
 
 
 @pytest.mark.parametrize("window", [1, 2, 3, 7])
@@ -296,6 +357,10 @@ BAD_TBPTT = {
     "synthetic scale above 1": ({"synthetic_scale": 1.5}, ValueError, r"synthetic_scale .* got 1.5"),
     "synthetic scale NaN": ({"synthetic_scale": float("nan")}, ValueError, r"synthetic_scale .* got nan"),
     "synthetic scale as text": ({"synthetic_scale": "0.1"}, TypeError, r"synthetic_scale must be a number"),
+    "unknown core gradient": ({"core_gradient": "rtrl"}, ValueError,
+                              r"unknown core_gradient 'rtrl'; choose one of 'bptt', 'eprop'"),
+    "e-prop for an RNN core": (lambda a: {"core": RNN(2, 3, seed=0), "generator": None, "core_gradient": "eprop"},
+                               TypeError, r"core_gradient='eprop' needs an sgrad.recurrent.LSTM core.*got RNN"),
 }
 
 

@@ -81,6 +81,9 @@ class RnnConfig:
     traces : with td_lambda, learn the same online, with eligibility traces over M's parameters instead of
         targets on copies: accumulate BP(λ) (``targets=BPLambda(λ)``; costly for a wide state: each trace holds
         state_dim² (state_dim + 1) numbers per sequence).
+    core_traces : the LSTM's weight gradient within each window by e-prop's eligibility traces, forward in time,
+        instead of BPTT through the window (``tbptt_step(..., core_gradient='eprop')``, :mod:`sgrad.eprop`); the
+        DNI generator's targets are unchanged.  False (the default): BPTT within each window.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for every method) and the sequences drawn.
     """
@@ -100,6 +103,7 @@ class RnnConfig:
     target_windows: int = 1
     td_lambda: float | None = None
     traces: bool = False
+    core_traces: bool = False
     dtype: str = "float64"
     seed: int = 0
 
@@ -111,6 +115,7 @@ class RnnConfig:
             "td_lambda": None if self.td_lambda is None else check_number(self.td_lambda, "td_lambda", at_least=0,
                                                                           at_most=1, example="0.5"),
             "traces": check_bool(self.traces, "traces"),
+            "core_traces": check_bool(self.core_traces, "core_traces"),
             "bits": check_integer(self.bits, "bits"),
             "max_repeats": check_integer(self.max_repeats, "max_repeats"),
             "threshold": check_number(self.threshold, "threshold", above=0, example="0.15"),
@@ -232,7 +237,8 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
         x, y, mask = draw_batch(task, history["curriculum"]["length"], config, rng)
         loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
                                 generator=generator, generator_alpha=config.generator_alpha, mask=mask,
-                                synthetic_scale=config.synthetic_scale, targets=targets)
+                                synthetic_scale=config.synthetic_scale, targets=targets,
+                                core_gradient="eprop" if config.core_traces else "bptt")
         return loss
 
     def evaluate(step, losses, history):
