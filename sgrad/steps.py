@@ -126,6 +126,8 @@ def true_gradients_at_outputs(layers: Sequence[Any], x: np.ndarray, y: np.ndarra
     one forward and one backward pass on copies, with the parameters as they are, so batch norm
     normalises with this batch's statistics as the step itself does.  ``dni_step(..., targets=...)``
     takes them: each generator then regresses onto the true gradient instead of a bootstrapped one.
+    (:func:`true_gradients` is the dense stack's formula instead: it needs only each layer's weights, bias and
+    nonlinearity, so the notebooks' layers written from scratch, which have no ``forward``, use it.)
     """
     copies = copy.deepcopy(list(layers))
     h = x
