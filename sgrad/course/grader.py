@@ -210,7 +210,7 @@ def _box(workspace: _Workspace, memory: int, sandboxed: bool) -> Any:
     env = _environment(sandboxed)
     if not sandboxed:
         return processes.Unsandboxed(memory_mib=memory, env={**env, "PYTHONPATH": str(workspace.library)})
-    return sandbox.Sandbox(memory_mib=memory, env=env, ro_binds=sandbox.python_binds() + [
+    return sandbox.Sandbox(memory_mib=memory, env=env, hide=sandbox.python_hidden(), ro_binds=sandbox.python_binds() + [
         (str(workspace.library), LIBRARY), (str(workspace.root / "driver.py"), DRIVER)],
         rw_binds=[(str(workspace.kernel), str(workspace.kernel))])
 
@@ -376,7 +376,8 @@ def _run_notebook(workspace, code, deadline, memory, sandboxed, timeout):
     with _active(_box(workspace, memory, sandboxed)) as box:
         manager = _kernel_manager(KernelManager, box, workspace)
         try:
-            manager.start_kernel(env=box.env)
+            # The kernel's own stdout and stderr carry its banner and log, never the notebook's output.
+            manager.start_kernel(env=box.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except Exception as error:  # jupyter_client raises what Popen and the provisioner raise
             raise GradingError(f"could not start a python3 Jupyter kernel ({checkers._one_line(error)}); "
                                "install one with: pip install -e '.[notebooks]'") from None
@@ -397,7 +398,7 @@ def _run_notebook(workspace, code, deadline, memory, sandboxed, timeout):
                 reply = _execute(client, manager, source, deadline)
                 place = f"code cell {number} (`{checkers._one_line(_first_line(source), 60)}`)"
                 if reply is None:
-                    ended = ("it ran past --timeout" if time.monotonic() >= deadline else
+                    ended = (f"it ran past --timeout {timeout} s" if time.monotonic() >= deadline else
                              "the kernel ran out of memory (--memory)" if box.out_of_memory() else "the kernel died")
                     run.notes.append(f"The notebook's run stopped in {place}: {ended}; the cells after it did not run.")
                     break
