@@ -20,7 +20,7 @@ import pytest
 from grading_helpers import (COMMAND, CORRECT, NOTEBOOK, SETUP, WRONG, Run, environment, grade, grade_notebook,
                              handed_in, left_running, none_left, notebook_of, start_grading)
 from sgrad.course import sandbox
-from sgrad.course.grader import EXERCISES, MIN_MEMORY
+from sgrad.course.grader import EXERCISES, MIN_ADDRESS_SPACE, MIN_MEMORY
 from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
 
 pytestmark = pytest.mark.skipif(not pathlib.Path("/proc/self/cmdline").exists(), reason="reads processes in /proc")
@@ -146,8 +146,8 @@ def test_a_missing_file_or_one_that_is_not_a_notebook_exits_2(tmp_path, contents
 
 @pytest.mark.parametrize("option, value, said", [
     ("--timeout", "0", "--timeout: expected at least 1 second; got 0"),
-    ("--memory", "300", f"--memory: expected 0 (no limit) or at least {MIN_MEMORY} MiB (the least with which a "
-                        "kernel starts); got 300"),
+    ("--memory", "200", f"--memory: expected 0 (no limit) or at least {MIN_MEMORY} MiB (the least with which a "
+                        "kernel starts); got 200"),
     ("--seed", "-1", "--seed: expected at least 0; got -1"),
 ])
 def test_limits_a_grading_cannot_work_with_are_refused_before_grading(tmp_path, option, value, said):
@@ -160,7 +160,17 @@ def test_limits_a_grading_cannot_work_with_are_refused_before_grading(tmp_path, 
 def test_the_least_memory_allowed_is_enough_for_the_whole_homework(tmp_path):
     run = grade_notebook(tmp_path, "correct", handed_in(CORRECT_ANSWERS), "--memory", str(MIN_MEMORY))
     assert run.status == 0, run.report + run.errors
-    assert "Cells that raised an error" not in run.report, run.report
+    assert "Cells that raised an error" not in run.report and "stopped" not in run.report, run.report
+
+
+def test_without_a_sandbox_the_memory_limit_is_per_process_and_a_small_one_is_refused_before_grading(tmp_path):
+    small = grade_notebook(tmp_path, "small", handed_in(CORRECT_ANSWERS), "--no-sandbox", "--memory", "600")
+    assert small.status == 2 and small.report == ""
+    assert small.errors == ("sgrad grade: error: --memory 600 MiB is too small for a kernel to start where the limit "
+                            f"is kept per process (RLIMIT_AS): give at least {MIN_ADDRESS_SPACE} (or 0 for no limit)\n")
+    enough = grade_notebook(tmp_path, "enough", handed_in(CORRECT_ANSWERS), "--no-sandbox", "--memory",
+                            str(MIN_ADDRESS_SPACE))
+    assert enough.status == 0, enough.report + enough.errors
 
 
 def test_the_same_seed_gives_the_same_report(tmp_path):
@@ -168,8 +178,8 @@ def test_the_same_seed_gives_the_same_report(tmp_path):
     first = grade_notebook(tmp_path, "a", notebook, "--seed", "12345")
     second = grade_notebook(tmp_path, "b", notebook, "--seed", "12345")
     assert "on inputs drawn from seed 12345" in first.report
-    strip = [re.sub(r"Graded in [0-9.]+ s", "", run.report).replace(name, "") for run, name in ((first, "a"), (second, "b"))]
-    assert strip[0] == strip[1]
+    without_path_and_time = [re.sub(r"Graded in [0-9.]+ s", "", run.report.split("\n", 1)[1]) for run in (first, second)]
+    assert without_path_and_time[0] == without_path_and_time[1]
 
 
 def test_without_bubblewrap_grading_refuses_in_one_line_and_no_sandbox_grades_with_a_warning(tmp_path):

@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              f"cells; what still runs then is killed (default {grader.TIMEOUT})")
     parser.add_argument("--memory", type=_mebibytes, default=grader.MEMORY, metavar="MIB",
                         help=f"the memory all the processes of one notebook's sandbox may take together, in MiB "
-                             f"(default {grader.MEMORY}; at least {grader.MIN_MEMORY}, for a kernel to start; 0: no "
+                             f"(default {grader.MEMORY}; at least {grader.MIN_MEMORY}, or {grader.MIN_ADDRESS_SPACE} "
+                             "where no cgroup can be made and each process's address space is limited instead; 0: no "
                              "limit)")
     parser.add_argument("--seed", type=_seed, metavar="N",
                         help="the seed of the inputs the exercises are driven on (default: drawn afresh for each "
@@ -60,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         grader.check_sandbox(args.sandboxed)
+        grader.check_memory(args.memory, args.sandboxed)
     except grader.GradingError as error:
         print(f"sgrad grade: error: {error}", file=sys.stderr)
         return 2

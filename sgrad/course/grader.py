@@ -73,7 +73,8 @@ EXERCISES = (
 )
 TIMEOUT = 300      # seconds for the whole grading of a notebook: its exercises, then its cells
 MEMORY = 4096      # MiB that all the processes of a notebook's sandbox may take together, by default
-MIN_MEMORY = 512   # MiB below which a kernel does not start with the homework's imports
+MIN_MEMORY = 256          # MiB below which the homework does not run where one cgroup caps a sandbox's processes
+MIN_ADDRESS_SPACE = 1024  # MiB below which a kernel does not start where each process's address space is capped
 ANSWER_LIMIT = 4 * driver.RECORD_LIMIT  # bytes the grader reads of an exercise's answer
 MESSAGE_LIMIT = 2**20  # bytes of one message the grader takes from a kernel; a larger one is dropped
 KERNEL_START = 60      # seconds a kernel may take to answer, at most (and never past the deadline)
@@ -171,28 +172,26 @@ def grade(path: pathlib.Path, *, timeout: int = TIMEOUT, memory: int = MEMORY, s
 
 @dataclass
 class _Workspace:
-    """The grader's folder for one notebook: the homework edition and the driver (read-only in the sandboxes),
-    and the folder of the kernel's sockets (read-write)."""
+    """The grader's folders for one notebook: the homework edition and the driver (read-only in the
+    sandboxes), and the folder of the kernel's sockets (read-write; a socket's path may not pass 107 bytes,
+    so it is in /tmp when the temporary folder's path is long)."""
 
     root: pathlib.Path
+    kernel: pathlib.Path
 
     @property
     def library(self) -> pathlib.Path:
         return self.root / "lib"
 
-    @property
-    def kernel(self) -> pathlib.Path:
-        return self.root / "kernel"
-
 
 @contextlib.contextmanager
 def _workspace() -> Iterator[_Workspace]:
-    with tempfile.TemporaryDirectory(prefix="sgrad-grade-") as folder:
-        workspace = _Workspace(pathlib.Path(folder))
-        os.chmod(workspace.root, 0o700)
+    short = len(tempfile.gettempdir()) < 60
+    with tempfile.TemporaryDirectory(prefix="sgrad-grade-") as folder, \
+            tempfile.TemporaryDirectory(prefix="sgk-", dir=None if short else "/tmp") as kernel:
+        workspace = _Workspace(pathlib.Path(folder), pathlib.Path(kernel))
         edition.build(workspace.library)
         shutil.copy2(driver.__file__, workspace.root / "driver.py")
-        workspace.kernel.mkdir()
         yield workspace
 
 
@@ -420,8 +419,8 @@ def _kernel_manager(base, box, workspace):
         def format_kernel_cmd(self, extra_arguments: Any = None) -> list[str]:
             return box.command(super().format_kernel_cmd(extra_arguments))
 
-    return Manager(kernel_name="python3", transport="ipc", ip=str(workspace.kernel / "socket"),
-                   connection_file=str(workspace.kernel / "connection.json"))
+    return Manager(kernel_name="python3", transport="ipc", ip=str(workspace.kernel / "s"),
+                   connection_file=str(workspace.kernel / "kernel.json"))
 
 
 def _ready(client, manager, until):
@@ -486,11 +485,21 @@ def _verdict(exercise, answer, inputs, found, timeout):
 # --- one notebook, from the command line -------------------------------------------------------------
 
 
-def check_memory(memory: int) -> None:
-    """GradingError unless ``memory`` MiB (0: no limit) is enough for a kernel to start."""
-    if 0 < memory < MIN_MEMORY:
-        raise GradingError(f"--memory {memory} MiB is too small for a kernel to start: give at least {MIN_MEMORY} "
-                           "(or 0 for no limit)")
+def check_memory(memory: int, sandboxed: bool) -> None:
+    """GradingError unless ``memory`` MiB (0: no limit) is enough for the homework to run, as the limit is kept here:
+    by a cgroup for all of a sandbox's processes, or by an address-space limit on each process (no cgroup could
+    be made, or ``--no-sandbox``), which counts memory a process reserves but never uses."""
+    if memory == 0:
+        return
+    if sandboxed:
+        with sandbox.Sandbox(memory_mib=memory, env={}) as box:
+            how = box.memory_limited
+    else:
+        how = "per process (RLIMIT_AS)"
+    least = MIN_MEMORY if how.startswith("cgroup") else MIN_ADDRESS_SPACE
+    if memory < least:
+        raise GradingError(f"--memory {memory} MiB is too small for a kernel to start where the limit is kept {how}: "
+                           f"give at least {least} (or 0 for no limit)")
 
 
 def check_sandbox(sandboxed: bool) -> None:
@@ -511,8 +520,8 @@ def run_one(notebook: pathlib.Path, *, timeout: int, memory: int, seed: "int | N
     processes.become_subreaper()
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        check_memory(memory)
         check_sandbox(sandboxed)
+        check_memory(memory, sandboxed)
         grades = grade(notebook, timeout=timeout, memory=memory, seed=seed, sandboxed=sandboxed)
     except GradingError as error:
         print(f"sgrad grade: error: {error}", file=sys.stderr)
