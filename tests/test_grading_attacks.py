@@ -71,13 +71,13 @@ class MyFullDNI(MyDNI):
 GETATTR_ON_THE_MRO = [SETUP, """\
 class MyLayer(Layer):
     def backward(self, output_delta):
-        return getattr(type(self).mro()[1], "back" + "ward")(self, output_delta)""", """\
+        return getattr(type(self).mro()[1], "backward")(self, output_delta)""", """\
 class MyDNI(DNI):
     def forward_and_synthetic_update(self, input, condition=None):
-        return getattr(type(self).mro()[1], "forward_and_synthetic_" + "update")(self, input, condition)""", """\
+        return getattr(type(self).mro()[1], "forward_and_synthetic_update")(self, input, condition)""", """\
 class MyFullDNI(MyDNI):
     def update_synthetic_weights(self, target_gradient):
-        return getattr(type(self).mro()[2], "update_synthetic_" + "weights")(self, target_gradient)"""]
+        return getattr(type(self).mro()[2], "update_synthetic_weights")(self, target_gradient)"""]
 
 SOLUTIONS_AT_RUN_TIME = [SETUP, """\
 from sgrad.course import solutions as answers
@@ -87,13 +87,13 @@ for TakenDNI in [answers.planted(answers.MY_FULL_DNI)]:
     pass""", """\
 class MyLayer(Layer):
     def backward(self, output_delta):
-        return getattr(Taken, "back" + "ward")(self, output_delta)""", """\
+        return getattr(Taken, "backward")(self, output_delta)""", """\
 class MyDNI(DNI):
     def forward_and_synthetic_update(self, input, condition=None):
-        return getattr(TakenDNI, "forward_and_synthetic_" + "update")(self, input, condition)""", """\
+        return getattr(TakenDNI, "forward_and_synthetic_update")(self, input, condition)""", """\
 class MyFullDNI(MyDNI):
     def update_synthetic_weights(self, target_gradient):
-        return getattr(TakenDNI, "update_synthetic_" + "weights")(self, target_gradient)"""]
+        return getattr(TakenDNI, "update_synthetic_weights")(self, target_gradient)"""]
 
 # --- 2. the grading channel ------------------------------------------------------------------------------
 
@@ -139,16 +139,23 @@ while time.monotonic() < end:
 subprocess.Popen([sys.executable, "-c", forger, "{TAG}"], start_new_session=True, env={{}})"""
 FORGES_RECORDS = [SETUP, FORGED_RECORDS, *LOOKS_LIKE_WORK]
 
-# Kill everything the notebook can reach, the grader included, then answer for the grader on its pipe.
+# Kill every grader the notebook can see (and its own parent), as a notebook that wants its grading to fail
+# open, or its record forged, would.  (Only sgrad's processes: outside a sandbox this reaches the whole machine.)
 KILLS_THE_GRADER = [SETUP, """\
 import os, signal
 for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
-    if pid not in (os.getpid(), 1):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            words = file.read().split(b"\\0")
+    except OSError:
+        continue
+    if pid != os.getpid() and (b"sgrad" in words or b"grade" in words):
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-os.kill(os.getppid(), signal.SIGKILL) if os.getppid() > 1 else None""", *LOOKS_LIKE_WORK]
+if os.getppid() > 1:
+    os.kill(os.getppid(), signal.SIGKILL)""", *LOOKS_LIKE_WORK]
 
 # A method that writes a passing record of its own onto every open file descriptor, the driver's pipe among them.
 WRITES_ON_THE_PIPE = [SETUP, MY_LAYER.replace("        return self.weight_output_delta @ self.weights.T", """\
@@ -174,7 +181,7 @@ if os.fork() == 0:
 
 FORKS_ON = [SETUP, f"""\
 import os, time
-for _ in range(100000):
+for _ in range(2000):  # bounded: the sandbox stops it at 128 processes
     try:
         if os.fork() == 0:
             os.execvp("sleep", ["sleep", "{TAG}.4"])
@@ -242,7 +249,7 @@ ATTACKS = {
     "spoils_classmates": SPOILS_CLASSMATES,
 }
 # What each notebook may earn: the tricks that also hand in correct classes earn those; the rest nothing.
-EARNED = {"detached": 3, "forks_on": 3, "late_writer": 3}
+EARNED = {"detached": 3, "forks_on": 3, "late_writer": 3, "writes_on_the_pipe": 1}
 
 
 @pytest.fixture(scope="module")
@@ -281,16 +288,15 @@ def test_the_honest_student_beside_them_gets_every_mark(attacked):
     assert rows["ada"]["score"] == "3", reports["ada"].report
 
 
-@pytest.mark.parametrize("name", ["for_loop_alias", "default_argument", "getattr_on_the_mro"])
-def test_sgrads_own_methods_are_withheld_in_the_sandbox(attacked, name):
+@pytest.mark.parametrize("name, said", [
+    ("for_loop_alias", "NameError: name 'sgrad_backward' is not defined"),  # a for loop is not a definition
+    ("default_argument", "MyLayer is not defined"),  # nor is a walrus in a comprehension: its class cell raises
+    ("getattr_on_the_mro", "Layer.backward is withheld while sgrad grade runs"),  # sgrad's own method
+    ("solutions_at_run_time", "No module named 'sgrad.course.solutions'"),
+])
+def test_sgrads_own_implementation_cannot_be_reached(attacked, name, said):
     _, reports, _, _, _, _ = attacked
-    for number in (1, 2, 3):
-        assert "is withheld while sgrad grade runs" in reports[name].exercise(number), reports[name].report
-
-
-def test_no_solutions_are_in_the_sandbox(attacked):
-    report = attacked[1]["solutions_at_run_time"].report
-    assert "ModuleNotFoundError" in report or "ImportError" in report, report
+    assert said in reports[name].exercise(1), reports[name].report
 
 
 def test_the_gradebook_and_every_record_are_the_graders_own(attacked):
