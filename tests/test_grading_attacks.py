@@ -101,16 +101,20 @@ class MyFullDNI(MyDNI):
 LOOKS_LIKE_WORK = list(WRONG)
 
 # The grader's cell once ran `exec(compile(driver source), ...)` in the notebook's namespace: a notebook-level
-# `exec` took its place and answered with sgrad's own classes.
-SHADOWED_BUILTINS = [SETUP, """\
+# `exec`, or `compile`, took the builtin's place and answered with sgrad's own classes.
+FORGER = """\
 from sgrad.course import driver as grading_driver
 references = {"MyLayer": Layer, "MyDNI": DNI, "MyFullDNI": DNI}
 
+def forged_send(key, name, inputs, nonce, _):
+    grading_driver.send(key, name, inputs, nonce, references)
+"""
+SHADOWED_EXEC = [SETUP, FORGER + """
 def exec(code, namespace=None):
-    namespace["send"] = lambda key, name, inputs, nonce, _: grading_driver.send(key, name, inputs, nonce, references)
-
+    namespace["send"] = forged_send""", *LOOKS_LIKE_WORK]
+SHADOWED_COMPILE = [SETUP, FORGER + """
 def compile(source, filename, mode):
-    return source""", *LOOKS_LIKE_WORK]
+    return "import __main__; send = __main__.forged_send"  # what the grader's exec then runs""", *LOOKS_LIKE_WORK]
 
 # A process that finds the grader's record and gradebook in the command lines of /proc and writes a pass into
 # them, again and again for a while, after the notebook's kernel is gone.
@@ -243,7 +247,7 @@ for pattern in ("*.ipynb", "../*.ipynb", "../*/*.ipynb", os.path.expanduser("~/*
 
 ATTACKS = {
     "for_loop_alias": FOR_LOOP_ALIAS, "default_argument": DEFAULT_ARGUMENT, "getattr_on_the_mro": GETATTR_ON_THE_MRO,
-    "solutions_at_run_time": SOLUTIONS_AT_RUN_TIME, "shadowed_builtins": SHADOWED_BUILTINS,
+    "solutions_at_run_time": SOLUTIONS_AT_RUN_TIME, "shadowed_exec": SHADOWED_EXEC, "shadowed_compile": SHADOWED_COMPILE,
     "forges_records": FORGES_RECORDS, "kills_the_grader": KILLS_THE_GRADER, "writes_on_the_pipe": WRITES_ON_THE_PIPE,
     "detached": DETACHED, "forks_on": FORKS_ON, "late_writer": LATE_WRITER, "reads_classmates": READS_CLASSMATES,
     "spoils_classmates": SPOILS_CLASSMATES,
