@@ -23,7 +23,7 @@ LAYERS = [
     ["generators"],
     ["dni"],
     ["steps", "boundary_targets", "eligibility_traces", "eprop", "tbptt", "divergence", "batches", "evaluation",
-     "checkpoint", "course", "course.driver", "course.checkers", "course.ownwork", "course.solutions", "blackbox",
+     "checkpoint", "course", "course.driver", "course.checkers", "course.ownwork", "blackbox",
      "__init__"],
     ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells",
      "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
