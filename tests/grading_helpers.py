@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import nbformat
 
-from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
+from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "07_homework.ipynb"
 COMMAND = [sys.executable, "-m", "sgrad", "grade"]

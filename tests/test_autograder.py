@@ -21,7 +21,22 @@ from conftest import copy_of_the_code
 from sgrad.course import autograder
 from sgrad.course.grader import EXERCISES
 from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER
-from test_grading import MARK, MISTAKES, Run, marked
+from grading_helpers import Run, none_left
+from test_grading import MISTAKES
+
+MARK = "SGRAD_TEST_AUTOGRADER"  # in the environment of each command; Otter's kernels inherit it
+
+
+def marked(value):
+    """The pids of the processes whose environment holds MARK=value."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"{MARK}={value}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            pass
+    return found
 
 OTTER = pathlib.Path(sys.executable).parent / "otter"
 pytestmark = pytest.mark.skipif(not OTTER.exists(), reason="needs Otter-Grader: pip install -e '.[autograder]'")
@@ -97,6 +112,7 @@ def verdicts(assigned, tmp_path_factory):
         found[name] = ([scores[question] == 1 for question in QUESTIONS],
                        [run.exercise(exercise.number).startswith("✓") for exercise in EXERCISES])
     found["left running"] = marked(value)
+    found["sandboxes left"] = not none_left(str(folder))
     return found
 
 
@@ -109,6 +125,7 @@ def test_otter_run_and_sgrad_grade_give_the_same_verdicts(verdicts, name, expect
 
 def test_no_kernel_of_either_tool_outlives_it(verdicts):
     assert verdicts["left running"] == []
+    assert not verdicts["sandboxes left"]
 
 
 def test_the_answers_are_read_as_text_from_the_instructor_folder_of_the_clone():

@@ -21,7 +21,7 @@ from grading_helpers import (COMMAND, CORRECT, NOTEBOOK, SETUP, WRONG, Run, envi
                              handed_in, left_running, none_left, notebook_of, start_grading)
 from sgrad.course import sandbox
 from sgrad.course.grader import EXERCISES, MIN_ADDRESS_SPACE, MIN_MEMORY
-from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
+from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
 
 pytestmark = pytest.mark.skipif(not pathlib.Path("/proc/self/cmdline").exists(), reason="reads processes in /proc")
 

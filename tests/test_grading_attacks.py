@@ -29,7 +29,7 @@ from grading_helpers import (COMMAND, CORRECT, NOTEBOOK, SETUP, WRONG, Run, envi
                              notebook_of)
 from sgrad import Layer
 from sgrad.course import checkers
-from sgrad.course.solutions import MY_LAYER
+from solutions import MY_LAYER
 
 pytestmark = pytest.mark.skipif(not pathlib.Path("/proc/self/cmdline").exists(), reason="reads processes in /proc")
 
@@ -79,21 +79,32 @@ class MyFullDNI(MyDNI):
     def update_synthetic_weights(self, target_gradient):
         return getattr(type(self).mro()[2], "update_synthetic_weights")(self, target_gradient)"""]
 
-SOLUTIONS_AT_RUN_TIME = [SETUP, """\
-from sgrad.course import solutions as answers
-for Taken in [answers.planted(answers.MY_LAYER)]:
-    pass
-for TakenDNI in [answers.planted(answers.MY_FULL_DNI)]:
-    pass""", """\
+# The instructor's answers, looked for on the disk (a clone holds them in notebooks/instructor/) and imported.
+FIND_THE_SOLUTIONS = """\
+import os, sys
+
+def instructors_answers():
+    for root, folders, files in os.walk("/"):
+        folders[:] = [f for f in folders if f not in ("proc", "sys", "dev", "usr", "site-packages", ".git")]
+        if os.path.basename(root) == "instructor" and "solutions.py" in files:
+            sys.path.insert(0, root)
+            import solutions
+            return solutions
+    raise RuntimeError("no solutions found")
+"""
+SOLUTIONS_AT_RUN_TIME = [SETUP, FIND_THE_SOLUTIONS, """\
 class MyLayer(Layer):
     def backward(self, output_delta):
-        return getattr(Taken, "backward")(self, output_delta)""", """\
+        answers = instructors_answers()
+        return getattr(answers.planted(answers.MY_LAYER), "backward")(self, output_delta)""", """\
 class MyDNI(DNI):
     def forward_and_synthetic_update(self, input, condition=None):
-        return getattr(TakenDNI, "forward_and_synthetic_update")(self, input, condition)""", """\
+        answers = instructors_answers()
+        return getattr(answers.planted(answers.MY_DNI), "forward_and_synthetic_update")(self, input, condition)""", """\
 class MyFullDNI(MyDNI):
     def update_synthetic_weights(self, target_gradient):
-        return getattr(TakenDNI, "update_synthetic_weights")(self, target_gradient)"""]
+        answers = instructors_answers()
+        return getattr(answers.planted(answers.MY_FULL_DNI), "update_synthetic_weights")(self, target_gradient)"""]
 
 # --- 2. the grading channel ------------------------------------------------------------------------------
 
@@ -296,7 +307,7 @@ def test_the_honest_student_beside_them_gets_every_mark(attacked):
     ("for_loop_alias", "NameError: name 'sgrad_backward' is not defined"),  # a for loop is not a definition
     ("default_argument", "MyLayer is not defined"),  # nor is a walrus in a comprehension: its class cell raises
     ("getattr_on_the_mro", "Layer.backward is withheld while sgrad grade runs"),  # sgrad's own method
-    ("solutions_at_run_time", "ImportError: cannot import name 'solutions' from 'sgrad.course'"),
+    ("solutions_at_run_time", "RuntimeError: no solutions found"),
 ])
 def test_sgrads_own_implementation_cannot_be_reached(attacked, name, said):
     _, reports, _, _, _, _ = attacked
