@@ -30,7 +30,7 @@ LAYERS = [
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments", "experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn",
      "experiments.parallel", "experiments.rnn", "experiments.char_lm", "experiments.lstm_model", "plotting",
-     "course.processes", "course.grader", "course.gradebook", "course.autograder"],
+     "course.processes", "course.sandbox", "course.grader", "course.gradebook", "course.autograder"],
     ["cli", "__main__", "course.command"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}
