@@ -311,7 +311,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                      help="DNI: how many batches a generator may predict for before regressing onto an earlier "
                           "batch's target (default 0: exactly the single-process DNI step)")
     par.add_argument("--engine", choices=ENGINES, default="local",
-                     help="local processes (default) or Ray actors (pip install 'sgrad[ray]')")
+                     help="local processes (default) or Ray actors (pip install 'ray>=2.60', sgrad's ray extra)")
     par.add_argument("--ray-address", default=None,
                      help="the Ray cluster to run on, e.g. HEAD_NODE:6379 (default: a Ray started for each run "
                           "on this machine); with Ray's token authentication, the token in RAY_AUTH_TOKEN, "
@@ -565,7 +565,7 @@ def _parallel(args: argparse.Namespace) -> str:
     if args.ray_address is not None and args.engine != "ray":
         raise ValueError("--ray-address is the address of a Ray cluster: use it with --engine ray")
     if args.engine == "ray" and importlib.util.find_spec("ray") is None:
-        raise ValueError("--engine ray needs Ray: install it with pip install 'sgrad[ray]'")
+        raise ValueError("--engine ray needs Ray: install it with pip install 'ray>=2.60' (sgrad's ray extra)")
     data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
                          seed=args.seed if args.train_subset else None)
     results = compare_parallel(tuple(data), schedules=args.schedules, workers=args.workers, config=config,
