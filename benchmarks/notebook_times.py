@@ -15,11 +15,9 @@ import datetime
 import json
 import os
 import pathlib
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # machine.py beside this file
-from machine import describe
+from machine import describe  # beside this file, on the path of a script run as a file
 
 NOTEBOOK_DIR = pathlib.Path(__file__).resolve().parents[1] / "notebooks"
 
