@@ -15,7 +15,8 @@ turn, so a slow stretch of a shared machine hits all alike; the ratio is the med
 time over one-window DNI's in the same round, in wall-clock seconds and in the process's processor seconds (on
 a crowded machine the second tells the work, the first also the waiting).
 
-Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/bp_lambda_cost.py [--length 3] [--rounds 3] [--hidden 64]
+Run:  OPENBLAS_NUM_THREADS=1 python benchmarks/bp_lambda_cost.py [--length 3] [--rounds 3] [--hidden 64] [--out FILE]
+``--out`` writes every round's times as JSON, the record ``docs/tables.py`` draws the λ-return page's table from.
 """
 
 import os
@@ -24,6 +25,9 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse
+import datetime
+import json
+import pathlib
 import statistics
 import sys
 import time
@@ -62,6 +66,7 @@ def main(argv=None):
     parser.add_argument("--lambda", dest="lam", type=float, default=0.5, help="λ (default 0.5)")
     parser.add_argument("--steps", type=int, default=1, help="steps per method per round (default 1)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--out", type=pathlib.Path, help="write the settings and every round's times here (JSON)")
     args = parser.parse_args(argv)
     batch = copy_batch(BATCH, args.length, bits=BITS, seed=0)
     methods = {"one-window DNI": ONE_WINDOW, f"λ-return, λ = {args.lam:g}": LambdaReturn(args.lam),
@@ -78,6 +83,14 @@ def main(argv=None):
                 step()
             seconds[name].append((time.perf_counter() - start) / args.steps)
             processor[name].append((time.process_time() - start_cpu) / args.steps)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "command": "benchmarks/bp_lambda_cost.py", "date": datetime.date.today().isoformat(),
+            "machine": describe(), "load_average": round(os.getloadavg()[0], 2),
+            "settings": {"length": args.length, "hidden": args.hidden, "lambda": args.lam, "steps": args.steps,
+                         "rounds": args.rounds, "batch": BATCH, "bits": BITS, "window": WINDOW},
+            "seconds": seconds, "processor_seconds": processor}, indent=1, ensure_ascii=False) + "\n")
     print(describe())
     print(f"Copy, N = {args.length} ({2 * args.length + 1} steps), T = {WINDOW}, {args.hidden} units, batch {BATCH}; "
           f"median of {args.rounds} rounds of {args.steps} step(s)\n")

@@ -4,8 +4,12 @@
 ``sgrad paper`` runs the paper's MNIST experiments over methods and depths;
 ``sgrad parallel`` trains the paper's net with every block in its own worker, by each schedule, against wall-clock time;
 ``sgrad rnn`` trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI at the window boundaries;
-``sgrad grade`` grades students' homework notebooks, one or a class (:mod:`sgrad.course.command`).
+``sgrad grade`` grades students' homework notebooks, one or a class (:mod:`sgrad.course.command`);
+``sgrad notebooks`` copies the course's notebooks into a folder for a student (:mod:`sgrad.handout`).
 ``sgrad --version`` prints sgrad's version (:mod:`sgrad.version`).
+
+The grader loads only when ``sgrad grade`` is the command, and needs the notebook libraries, which the
+plain install leaves out: without them ``sgrad grade`` ends in one line that says what to install.
 
 Every argument is checked before any work starts.  Ctrl-C ends a command with one
 line and exit status 130, and SIGTERM (from ``timeout`` or a job scheduler) the same way
@@ -13,6 +17,8 @@ with status 143; the checkpoints make a rerun carry on.
 """
 
 import argparse
+import importlib
+import importlib.util
 import pathlib
 import signal
 import sys
@@ -22,7 +28,6 @@ from typing import Any, NoReturn
 
 from data_gen.binary_addition import MAX_OUTPUT_DIM, MIN_OUTPUT_DIM
 
-from .course import command as grading
 from .experiments.binary_addition import METHODS, TARGETS, TrainConfig, compare, results_table
 from .experiments.files import CHECKPOINT_FOLDER, check_out_dir
 from .experiments.mnist import (ARCHITECTURES, GENERATORS, INTERFACE_POSITIONS, LOSS_REDUCTIONS, PAPER_METHODS,
@@ -34,6 +39,7 @@ from .experiments.rnn import DEFAULT_WINDOWS, RNN_METHODS, TASKS, RnnConfig
 from .experiments.rnn import results_table as rnn_table
 from .experiments.rnn import run_grid as run_rnn_grid
 from .experiments.settings import DECOUPLED, DTYPES
+from .handout import add_notebooks_arguments, copy_notebooks
 from .nonlinearities import NONLINEARITIES
 from .optimizers import UPDATE_RULES
 from .parallel.engines import WorkerFailed
@@ -47,7 +53,8 @@ DESCRIPTION = ("sgrad compare trains backprop, no-bprop, DNI and cDNI side by si
                "sgrad paper runs the paper's MNIST experiments over methods and depths; "
                "sgrad parallel trains every block in its own worker, by each schedule, against wall-clock time; "
                "sgrad rnn trains an LSTM on Copy and Repeat Copy with truncated BPTT, with and without DNI; "
-               "sgrad grade grades students' homework notebooks.")
+               "sgrad grade grades students' homework notebooks; "
+               "sgrad notebooks copies the course's notebooks into a folder.")
 RNN_DEFAULTS = RnnConfig()
 FILES = {  # what each command writes into its --out folder
     "compare": ("history.json", "compare.png", "results.md"),
@@ -208,7 +215,8 @@ def _add_mnist_training(parser: argparse.ArgumentParser, command: str, *, iterat
     _add_output(parser, command, unit=unit, steps="iterations", every=500)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``sgrad`` parser; ``command`` the subcommand about to be parsed (the grader's arguments need the grader)."""
     parser = _Parser(prog="sgrad", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"sgrad {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -303,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="DNI: how many batches a generator may predict for before regressing onto an earlier "
                           "batch's target (default 0: exactly the single-process DNI step)")
     par.add_argument("--engine", choices=ENGINES, default="local",
-                     help="local processes (default) or Ray actors (pip install 'sgrad[ray]')")
+                     help="local processes (default) or Ray actors (pip install 'ray>=2.60', sgrad's ray extra)")
     par.add_argument("--ray-address", default=None,
                      help="the Ray cluster to run on, e.g. HEAD_NODE:6379 (default: a Ray started for each run "
                           "on this machine); with Ray's token authentication, the token in RAY_AUTH_TOKEN, "
@@ -367,17 +375,54 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"steps between the curriculum's measurements (default {RNN_DEFAULTS.eval_every})")
     _add_output(rnn, "rnn", unit="cell", steps="steps", every=1000)
 
-    grading.add_arguments(commands.add_parser(
-        "grade", help="run students' homework notebooks and grade each exercise",
-        description=grading.DESCRIPTION))
+    grade = commands.add_parser("grade", help="run students' homework notebooks and grade each exercise")
+    if command == "grade":  # the grader's arguments, and so the grader, load only for its own command
+        grading = _grading()
+        grade.description = grading.DESCRIPTION
+        grading.add_arguments(grade)
+    add_notebooks_arguments(commands.add_parser(
+        "notebooks", help="copy the course's notebooks into a folder, for a student",
+        description="Copy the course's notebooks (01 to 12, as the students get them: the homework's exercises "
+                    "are stubs, and no solution is among them) into DEST, made if it does not exist. A notebook "
+                    "of the same name already in DEST is a student's work: the command refuses to overwrite it "
+                    "unless --force is given."))
     return parser
 
 
+# What `sgrad grade` needs beyond the plain install: the notebook libraries and a Python kernel.
+GRADING_NEEDS = ("nbformat", "nbclient", "ipykernel")
+
+
+def _grading() -> Any:
+    """The grader's command module (:mod:`sgrad.course.command`), imported when ``sgrad grade`` is the command."""
+    return importlib.import_module("sgrad.course.command")
+
+
+def missing_grading_libraries() -> list[str]:
+    """Those of :data:`GRADING_NEEDS` that this Python cannot import."""
+    return [name for name in GRADING_NEEDS if importlib.util.find_spec(name) is None]
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first word that is not an option (the top level's options take no value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_in(argv))
     args = parser.parse_args(argv)
     try:
+        if args.command == "notebooks":
+            return copy_notebooks(args.dest, force=args.force)
         if args.command == "grade":
+            missing = missing_grading_libraries()
+            if missing:
+                parser.exit(2, f"sgrad grade: error: grading runs notebooks in a Jupyter kernel and needs "
+                               f"{', '.join(GRADING_NEEDS)}; this Python has no {' and no '.join(missing)}: install "
+                               f"them with 'python -m pip install {' '.join(GRADING_NEEDS)}' (or sgrad's notebooks "
+                               f"extra, see the README)\n")
+            grading = _grading()
             try:
                 return grading.run(args)
             except grading.Terminated:
@@ -416,6 +461,8 @@ def _after_interrupt(args: argparse.Namespace) -> str:
         if args.gradebook is None and len(args.notebooks) == 1 and args.notebooks[0].suffix == ".ipynb":
             return "nothing was graded; the notebook is as it was"
         return "nothing was graded; the notebooks are as they were, and no gradebook was written"
+    if args.command == "notebooks":
+        return f"some notebooks may be in {args.dest}; rerun with --force to copy them all"
     if args.checkpoint_every:
         return f"rerun the same command to resume from the checkpoints in {pathlib.Path(args.out, CHECKPOINT_FOLDER)}"
     return "no checkpoints were kept (--checkpoint-every 0)"
@@ -518,7 +565,7 @@ def _parallel(args: argparse.Namespace) -> str:
     if args.ray_address is not None and args.engine != "ray":
         raise ValueError("--ray-address is the address of a Ray cluster: use it with --engine ray")
     if args.engine == "ray" and importlib.util.find_spec("ray") is None:
-        raise ValueError("--engine ray needs Ray: install it with pip install 'sgrad[ray]'")
+        raise ValueError("--engine ray needs Ray: install it with pip install 'ray>=2.60' (sgrad's ray extra)")
     data = prepare_mnist(load_mnist(args.data, verify=not args.no_verify), dtype=args.dtype, subset=args.train_subset,
                          seed=args.seed if args.train_subset else None)
     results = compare_parallel(tuple(data), schedules=args.schedules, workers=args.workers, config=config,

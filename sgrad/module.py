@@ -14,7 +14,9 @@ A container lists its children in :meth:`Module.children`; :meth:`Module.submodu
 walks the tree.  That one walk serves ``train``/``eval``, the batch-size rule
 of batch norm, checkpoints, the benchmarks, and two operations on a whole tree:
 
-- :func:`restored_on_error`: a step that fails leaves every module as it was (the DNI step's guarantee);
+- :func:`restored_on_error`: a step that fails puts back every module's attributes and buffers (the DNI
+  step's guarantee: it refuses bad input before its first ``update``, so a refused step changes nothing;
+  parameters an ``update`` already moved in place stay moved);
 - :func:`running_averages_kept`: a forward pass that only rebuilds what backward needs leaves the running
   averages as they were.
 """

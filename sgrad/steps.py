@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import kernels
+from . import kernels, validation
 from .losses import softmax_cross_entropy
 
 Loss = Callable[[np.ndarray, np.ndarray], tuple[Any, np.ndarray]]
@@ -93,7 +93,12 @@ def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, alp
 
 
 def forward_all(layers: Sequence[Any], x: np.ndarray) -> list[np.ndarray]:
-    """``[x, h_1, ..., h_N]``: every dense layer's output, with no side effects."""
+    """``[x, h_1, ..., h_N]``: every dense layer's output, with no side effects.
+
+    The dense formula on each layer's ``weights``, ``bias`` and ``nonlin``, so it takes the notebooks' layers
+    written from scratch too; x is checked here, as a layer's ``forward`` checks it: (batch, input_dim).
+    """
+    validation.check_batch(x, "x", layers[0].weights.shape[0], width_name="the first layer's input_dim")
     hs = [x]
     for layer in layers:
         hs.append(kernels.dense_forward(hs[-1], layer.weights, layer.bias, layer.nonlin))

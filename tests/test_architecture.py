@@ -32,7 +32,7 @@ LAYERS = [
      "experiments.parallel", "experiments.rnn", "experiments.char_lm", "experiments.lstm_model", "plotting",
      "course.processes", "course.sandbox", "course.grader", "course.gradebook", "course.autograder",
      "course.edition"],
-    ["cli", "__main__", "course.command"],
+    ["cli", "__main__", "course.command", "handout"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}
 
@@ -239,3 +239,30 @@ def test_the_scan_for_dni_maths_finds_it_where_it_is():
     found = dni_maths(ROOT / "dni.py")
     assert any("generator.forward(h, condition)" in line for line in found)
     assert any("generator.update(target, self.generator_alpha)" in line for line in found)
+
+
+def test_only_validation_the_experiments_and_the_command_line_import_data_gen():
+    importers = sorted(module_name(p) for p in modules() if any(
+        line.lstrip().startswith(("import data_gen", "from data_gen")) for line in p.read_text().splitlines()))
+    assert [name for name in importers if name not in ("validation", "cli") and not name.startswith("experiments.")] == []
+    assert "validation" in importers and "cli" in importers
+
+
+def test_the_measuring_and_the_batch_order_are_shared_by_a_run_in_one_process_and_the_workers():
+    graph = import_graph()
+    assert sorted(m for m, imported in graph.items() if "evaluation" in imported) == ["experiments.mnist",
+                                                                                      "parallel.worker"]
+    batch_order = {m for m, imported in graph.items() if "batches" in imported}
+    assert {"experiments.loop", "parallel.worker", "parallel.pipeline"} <= batch_order
+
+
+def test_the_command_line_loads_the_grader_only_for_sgrad_grade():
+    """``sgrad compare`` and the others never import the grader, nbclient or nbformat; ``sgrad grade`` does."""
+    code = ("import sys; from sgrad.cli import build_parser; build_parser({command!r}); "
+            "print(' '.join(sorted(m for m in sys.modules if m in {grading})))")
+    grading = {"sgrad.course.command", "sgrad.course.grader", "sgrad.course.gradebook", "nbclient", "nbformat"}
+    loaded = {command: subprocess.run([sys.executable, "-c", code.format(command=command, grading=grading)],
+                                      capture_output=True, text=True, check=True).stdout.split()
+              for command in ("compare", "grade")}
+    assert loaded["compare"] == []
+    assert {"sgrad.course.command", "sgrad.course.grader"} <= set(loaded["grade"])

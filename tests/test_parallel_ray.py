@@ -1,5 +1,5 @@
 """The Ray engine on a real local Ray: the same weights as one process, bit for bit; failures that name the worker;
-the Ray it starts itself, it shuts down.  Skipped where Ray is not installed (``pip install 'sgrad[ray]'``)."""
+the Ray it starts itself, it shuts down.  Skipped where Ray is not installed (sgrad's ``ray`` extra)."""
 
 import os
 import pathlib

@@ -138,7 +138,7 @@ def test_a_broken_ray_install_is_reported_with_its_cause_in_one_line(tmp_path):
     result = sgrad_parallel(tmp_path, "--out", "out", env=env)
     assert (result.returncode, result.stderr) == (2, (
         "sgrad parallel: error: Ray is installed but cannot be imported: ImportError: libray_core.so: cannot open "
-        "shared object file; reinstall it with pip install --force-reinstall 'sgrad[ray]'\n"))
+        "shared object file; reinstall it with pip install --force-reinstall 'ray>=2.60'\n"))
 
 
 def descendants(pid, name):

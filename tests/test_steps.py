@@ -12,7 +12,8 @@ from sgrad.experiments.binary_addition import TrainConfig, build_network
 from sgrad.losses import bce_with_logits, mse, softmax_cross_entropy
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, SyntheticLossGenerator, dense_block
 from sgrad.kernels import dense_backward, dense_forward
-from sgrad.steps import backprop_step, dni_step, synthetic_loss_step, true_gradients, true_gradients_at_outputs
+from sgrad.steps import (backprop_step, dni_step, forward_all, synthetic_loss_step, true_gradients,
+                         true_gradients_at_outputs)
 
 SMALL = TrainConfig(batch_size=16, alpha=0.01, generator_alpha=0.01, hidden=(32, 32), seed=0)
 
@@ -36,6 +37,19 @@ def test_true_gradients_match_the_layers_own_backprop(batch):
         expected.append(g)
     for ours, reference in zip(true_gradients(layers, x, y, bce_with_logits), expected[::-1]):
         np.testing.assert_allclose(ours, reference, rtol=1e-12, atol=1e-15)
+
+
+def test_forward_all_and_true_gradients_check_x_as_a_layers_forward_does(batch):
+    x, y = batch
+    layers = build_network("backprop", 10, 5, SMALL)
+    wrong = np.hstack([x, x])
+    message = r"x must have shape \(batch, 10\) \(10 = the first layer's input_dim\); got shape \(16, 20\)"
+    with pytest.raises(ValueError, match=message):
+        forward_all(layers, wrong)
+    with pytest.raises(ValueError, match=message):
+        true_gradients(layers, wrong, y, bce_with_logits)
+    with pytest.raises(ValueError, match="x holds NaN or inf"):
+        forward_all(layers, np.where(x == x.max(), np.nan, x))
 
 
 def test_true_gradients_at_outputs_agree_with_the_dense_layers_own_on_a_dense_stack(batch):

@@ -23,7 +23,7 @@ discount: once the LSTM carries its cell state along (forget gates near 1),
 nothing bounds them, and M's regression can grow until the model falls back to
 the unigram's bits per character.  The cut makes training steadier, not safe: a
 long horizon can diverge the same way.  The other bound is the discount:
-``synthetic_scale`` λ < 1 weights each window further away by λ once more, so
+``synthetic_scale`` γ < 1 weights each window further away by γ once more, so
 the targets stay a convergent sum.
 
 When a stream runs out, every row starts again from its beginning with a zero
@@ -67,7 +67,7 @@ class CharLMConfig:
     eval_every : steps between two measurements on the held-out text (and once at the end).
     update_rule, alpha, generator_alpha : the core's, the readout's and the generator's
         update rule and learning rates (``generator_alpha=None``: alpha).
-    synthetic_scale : λ, the weight of ĝ where it enters a window's backward (DNI; see
+    synthetic_scale : γ, the weight of ĝ where it enters a window's backward (DNI; see
         :func:`~sgrad.tbptt.tbptt_step`): below 1, a discount per window that bounds M's targets.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for both methods).

@@ -5,7 +5,7 @@
   ``pipelined-backprop`` (delayed gradients) and ``dni`` / ``cdni`` (unlocked);
 - :mod:`~sgrad.parallel.messages`: the activations going up and the targets coming down;
 - :mod:`~sgrad.parallel.engines`, :mod:`~sgrad.parallel.local`, :mod:`~sgrad.parallel.ray_engine`: where the
-  workers run (local processes, the default; Ray actors, ``pip install 'sgrad[ray]'``);
+  workers run (local processes, the default; Ray actors, ``pip install 'ray>=2.60'``, sgrad's ``ray`` extra);
 - :mod:`~sgrad.parallel.pipeline`: :func:`train_parallel`, the driver;
 - :mod:`~sgrad.parallel.timeline`: what each worker did and when; :mod:`~sgrad.parallel.simulator`: the
   throughput a schedule would reach on K workers, from measured per-block times.

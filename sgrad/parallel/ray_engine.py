@@ -1,4 +1,4 @@
-"""The Ray engine: one Ray actor per worker, for a user who outgrows one machine (``pip install 'sgrad[ray]'``).
+"""The Ray engine: one Ray actor per worker, for a user who outgrows one machine (sgrad's ``ray`` extra).
 
 ``RayEngine(address)`` connects to the Ray cluster at ``address`` (the head node's ``'host:port'``, or
 ``'auto'`` on a node of it); ``RayEngine()`` starts a Ray on this machine for the run and shuts it
@@ -291,11 +291,11 @@ def import_ray() -> Any:
     except ModuleNotFoundError as error:
         if error.name != "ray":
             raise ImportError(f"Ray is installed but cannot be imported: {error}; reinstall it with "
-                              "pip install --force-reinstall 'sgrad[ray]'") from error
-        raise ImportError("the Ray engine needs Ray: install it with pip install 'sgrad[ray]'") from None
+                              "pip install --force-reinstall 'ray>=2.60'") from error
+        raise ImportError("the Ray engine needs Ray: install it with pip install 'ray>=2.60' (sgrad's ray extra)") from None
     except Exception as error:  # a broken install: a library that does not load, a module that raises
         raise ImportError(f"Ray is installed but cannot be imported: {type(error).__name__}: {error}; reinstall it "
-                          "with pip install --force-reinstall 'sgrad[ray]'") from error
+                          "with pip install --force-reinstall 'ray>=2.60'") from error
     return ray
 
 

@@ -1,0 +1,478 @@
+"""The tables of the results pages and the README, written from the committed run records.
+
+A generated table sits in its page between two comments, which the rendered page does not show::
+
+    <!-- table: NAME -->
+    | ... the table ... |
+    <!-- end table -->
+
+and the function registered here under NAME writes it from the records it names: the files that sgrad's
+commands and the scripts in ``benchmarks/`` write (cells and histories as JSON, a command's ``results.md``),
+committed under ``docs/``.  Nothing in a generated table is typed by hand; a number that has no record is
+not on the pages.
+
+    python docs/tables.py           # rewrite every marked table in README.md and docs/**/*.md
+    python docs/tables.py --check   # change nothing; exit status 1 and the tables that differ from their records
+
+``tests/test_docs_tables.py`` runs the check.
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import statistics
+import sys
+from collections.abc import Callable
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+MARKED = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end table -->)", re.DOTALL)
+TABLES: dict[str, Callable[[str], str]] = {}  # a table's name: its function, given the text now between the markers
+
+
+def table(name: str) -> Callable:
+    """Register the decorated function as the writer of the table ``name``."""
+    def register(function: Callable) -> Callable:
+        TABLES[name] = function
+        return function
+    return register
+
+
+# --- reading records ---------------------------------------------------------------------------------
+
+
+def read_json(path: str) -> dict:
+    return json.loads((ROOT / path).read_text())
+
+
+def markdown_tables(path: str) -> list[str]:
+    """The tables of the markdown file at ``path`` (a command's ``results.md``), each as its lines joined."""
+    blocks, current = [], []
+    for line in (ROOT / path).read_text().splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            blocks.append("\n".join(current))
+            current = []
+    return blocks
+
+
+def table_rows(text: str) -> list[list[str]]:
+    """The body rows of a markdown table, each as its cells."""
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()[2:]]
+
+
+def cells(folder: str) -> dict[str, dict]:
+    """A ``sgrad paper`` run's cached cells in ``folder/cells``, by file stem (``dni-depth3``)."""
+    return {path.stem: json.loads(path.read_text()) for path in sorted((ROOT / folder / "cells").glob("*.json"))}
+
+
+def paper_results(folder: str) -> dict[tuple[str, int], dict]:
+    """``{(method, depth): history}`` of a ``sgrad paper`` run's cells, as ``sgrad.experiments.mnist`` keys them."""
+    return {(cell["method"], cell["config"]["depth"]): cell["history"] for cell in cells(folder).values()}
+
+
+def percent(fraction: float) -> str:
+    return f"{100 * fraction:.2f}%"
+
+
+def final(history: dict) -> float:
+    return history["test_accuracy"][-1]
+
+
+def seconds(value: float) -> str:
+    return f"{value:,.0f} s"
+
+
+def signed(value: float, unit: str = "") -> str:
+    """``+0.27`` or ``−0.06`` (a minus sign, not a hyphen), then ``unit``."""
+    return f"{value:+.2f}".replace("-", "−") + unit
+
+
+def row(*values: object) -> str:
+    return "| " + " | ".join(str(v) for v in values) + " |"
+
+
+def sorted_by(results: dict[tuple[str, int], dict], methods: tuple[str, ...]) -> dict[tuple[str, int], dict]:
+    return {key: results[key] for method in methods for key in sorted(results) if key[0] == method}
+
+
+# --- binary addition ---------------------------------------------------------------------------------
+
+
+def compare_final() -> dict[str, float]:
+    """Held-out bit accuracy (%) of each method in ``docs/compare/results.md``, ``sgrad compare``'s table."""
+    return {r[0]: float(r[1].rstrip("%")) for r in table_rows(markdown_tables("docs/compare/results.md")[0])}
+
+
+@table("compare")
+def compare_table(_: str) -> str:
+    return markdown_tables("docs/compare/results.md")[0]
+
+
+@table("compare-seeds")
+def compare_seeds(_: str) -> str:
+    record = read_json("docs/compare-seeds/targets.json")["seeds"]
+    seeds = list(record)
+    bits = {seed: {m: 100 * a for m, a in record[seed]["held_out_bit_accuracy"].items()} for seed in seeds}
+    lines = [row("target", *(f"seed {s}" for s in seeds)), "|---|" + "---:|" * len(seeds),
+             row("backprop held-out bit accuracy ≥ 99%", *(f"{bits[s]['backprop']:.2f}%" for s in seeds)),
+             row("cdni within 1 point of backprop", *(signed(bits[s]["cdni"] - bits[s]["backprop"], " points")
+                                                      for s in seeds)),
+             row("dni at least 8 points above no-bprop", *(signed(bits[s]["dni"] - bits[s]["no-bprop"], " points")
+                                                           for s in seeds)),
+             row("the whole run within 60 s (2 cores)", *(f"{record[s]['wall_time']:.1f} s" for s in seeds))]
+    return "\n".join(lines)
+
+
+# --- MNIST: the reproduction and the depth sweeps ----------------------------------------------------
+
+# The public TensorFlow reproduction's figures (r2rt, "Synthetic Gradients with Tensorflow", 2016), and the
+# targets sgrad set itself against them: what the table compares with, not measurements of sgrad.
+R2RT = {"backprop": 0.9801, "no-bprop": 0.8890, "dni": 0.9777, "cdni": 0.9801, "synthetic-loss": 0.8429}
+TARGETS = {"backprop": (0.978, None), "no-bprop": (0.85, 0.92), "dni": (0.975, None), "cdni": (0.978, None),
+           "synthetic-loss": (0.843, None)}
+PAPER_NAMES = {"backprop": "backprop", "no-bprop": "no backprop", "dni": "synthetic gradients (`dni`)",
+               "cdni": "conditioned (`cdni`)", "synthetic-loss": "synthetic loss (conditioned on the label)"}
+
+
+def target_text(method: str, accuracy: float) -> str:
+    low, high = TARGETS[method]
+    met = accuracy >= low and (high is None or accuracy <= high)
+    bound = f"≥ {100 * low:g}%" if high is None else f"{100 * low:g}–{100 * high:g}%"
+    margin = f", by {100 * (accuracy - low):.2f} points" if met and high is None else ""
+    return f"{bound} ({'met' if met else 'missed'}{margin})"
+
+
+@table("mnist-reproduction")
+def mnist_reproduction(_: str) -> str:
+    results = paper_results("docs/paper/reproduction")
+    lines = ["| method | test accuracy after 25,000 iterations | lowest and highest of the last ten evaluations "
+             "| cell wall time | r2rt's figure | target |", "|---|---:|---:|---:|---:|---|"]
+    for method in PAPER_NAMES:
+        history = results[(method, 3)]
+        last = history["test_accuracy"][-10:]
+        lines.append(row(PAPER_NAMES[method], percent(final(history)), f"{percent(min(last))} to {percent(max(last))}",
+                         seconds(history["wall_time"]), percent(R2RT[method]), target_text(method, final(history))))
+    return "\n".join(lines)
+
+
+@table("mnist-depth-sweep")
+def mnist_depth_sweep(_: str) -> str:
+    from sgrad.experiments.mnist import results_table
+
+    return results_table(sorted_by(paper_results("docs/paper/depth-sweep"), ("backprop", "no-bprop", "dni", "cdni")))
+
+
+@table("mnist-depth-sweep-mlp")
+def mnist_depth_sweep_mlp(_: str) -> str:
+    from sgrad.experiments.mnist import results_table
+
+    results = sorted_by(paper_results("docs/paper/depth-sweep-mlp"), ("backprop", "dni"))
+    depths = sorted({d for _, d in results})
+    gaps = [100 * (final(results[("backprop", d)]) - final(results[("dni", d)])) for d in depths]
+    return results_table(results) + "\n" + row("gap, backprop − dni (points)", *(signed(g) for g in gaps))
+
+
+# --- convolutional nets ------------------------------------------------------------------------------
+
+
+@table("cnn-16-channels")
+def cnn_16_channels(_: str) -> str:
+    results = sorted_by(paper_results("docs/paper/cnn"), ("backprop", "cdni", "dni", "no-bprop"))
+    iterations = next(iter(results.values()))["iteration"]
+    lines = [f"| method | test accuracy after {' / '.join(f'{i:,}' for i in iterations)} steps | wall time |",
+             "|---|---|---:|"]
+    for (method, _), history in results.items():
+        lines.append(row(method, " / ".join(percent(a) for a in history["test_accuracy"]),
+                         seconds(history["wall_time"])))
+    return "\n".join(lines)
+
+
+# --- performance -------------------------------------------------------------------------------------
+
+
+@table("performance-steps")
+def performance_steps(_: str) -> str:
+    return markdown_tables("docs/performance/results.md")[0]
+
+
+@table("performance-targets")
+def performance_targets(_: str) -> str:
+    record = read_json("docs/performance/results.json")
+    steps, data = record["steps"], record["data_generation"]
+    bn, plain, dni = steps["backprop, BN, f32"], steps["backprop, no BN, f32"], steps["dni, linear gen."]
+    rss = record["peak_rss_mb"]
+    array_mb = 60_000 * 784 * 4 / 1e6  # the float32 training images
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    lines = ["| target | this run | |", "|---|---:|---|",
+             row("backprop step ≤ 1.0× PyTorch's", f"{bn['ratios']['torch']:.2f}× (BN), "
+                 f"{plain['ratios']['torch']:.2f}× (no BN)", verdict(max(bn['ratios']['torch'],
+                                                                         plain['ratios']['torch']) <= 1.0)),
+             row("backprop step ≤ 1.3× its matrix products", f"{bn['ratios']['limit']:.2f}× (BN), "
+                 f"{plain['ratios']['limit']:.2f}× (no BN)", verdict(max(bn['ratios']['limit'],
+                                                                         plain['ratios']['limit']) <= 1.3)),
+             row("DNI (linear generators) ≤ 1.5× backprop", f"{dni['ratios']['backprop']:.2f}×",
+                 verdict(dni["ratios"]["backprop"] <= 1.5)),
+             row("data generation ≥ 50× the per-example loop", f"{data['speedup']:.0f}× ({1000 * data['sgrad']:.2f} ms "
+                 f"against {1000 * data['loop']:.1f} ms for 20,000 additions)", verdict(data["speedup"] >= 50)),
+             row(f"full-MNIST training peak RSS ≤ 2.5× the {array_mb:.0f} MB array",
+                 f"{rss:.0f} MB = {rss / array_mb:.2f}×", verdict(rss <= 2.5 * array_mb)),
+             row("(no target) the BN step written out flat in NumPy, against its matrix products",
+                 f"{bn['ratios']['fused NumPy / limit']:.2f}×", "")]
+    return "\n".join(lines)
+
+
+# --- parallel workers --------------------------------------------------------------------------------
+
+
+@table("parallel-wall-clock")
+def parallel_wall_clock(_: str) -> str:
+    return markdown_tables("docs/parallel/wall-clock/results.md")[0]
+
+
+@table("parallel-wall-clock-target")
+def parallel_wall_clock_target(_: str) -> str:
+    runs = {name: cell["history"] for name, cell in cells("docs/parallel/wall-clock").items()}
+    backprop, cdni = runs["backprop-2"], runs["cdni-2"]
+    target = backprop["test_accuracy"][-1] - 0.005
+    reached = next(((i, t) for i, a, t in zip(cdni["iteration"], cdni["test_accuracy"], cdni["evaluation_time"])
+                    if a >= target), None)
+    when = "not within the run" if reached is None else f"at {reached[1]:.1f} s (iteration {reached[0]:,})"
+    return "\n".join(["| target | cDNI reached it | locked backprop finished |", "|---|---:|---:|",
+                      row(f"backprop's final test accuracy less 0.5 point: {percent(target)}", when,
+                          f"at {backprop['wall_time']:.1f} s")])
+
+
+# --- recurrent DNI -----------------------------------------------------------------------------------
+
+
+@table("rnn-64")
+def rnn_64(_: str) -> str:
+    return markdown_tables("docs/rnn/results.md")[0]
+
+
+@table("rnn-128")
+def rnn_128(_: str) -> str:
+    return markdown_tables("docs/rnn-h128/results.md")[0]
+
+
+@table("char-lm")
+def char_lm(_: str) -> str:
+    runs = read_json("docs/rnn-char-lm/results.json")["runs"]
+    columns = [("bptt", 1.0, "bptt"), ("dni", 1.0, "dni, γ = 1"), ("dni", 0.5, "dni, γ = 0.5")]
+    lines = [row("seed", *(name for _, _, name in columns)), "|---:|" + "---|" * len(columns)]
+    for seed in sorted({r["seed"] for r in runs}):
+        found = {(r["method"], r["synthetic_scale"]): r for r in runs if r["seed"] == seed}
+        lines.append(row(seed, *(" / ".join(f"{b:.3f}" for b in found[(m, g)]["valid_bpc"]) for m, g, _ in columns)))
+    # M's regression loss: the highest of its means over the spans between measurements, per run.
+    peaks = {g: [max(r["generator_loss"]) for r in runs if r["method"] == "dni" and r["synthetic_scale"] == g]
+             for g in (1.0, 0.5)}
+    lines += ["", f"Bits per character on the held-out text after {' / '.join(f'{s:,}' for s in runs[0]['step'])} "
+                  "steps. M's regression loss, the highest of its means between two measurements, over the seeds: "
+                  + "; ".join(f"{min(p):.3g} to {max(p):.3g} with γ = {g:g}" for g, p in peaks.items()) + "."]
+    return "\n".join(lines)
+
+
+@table("bp-lambda-cost")
+def bp_lambda_cost(_: str) -> str:
+    record = read_json("docs/rnn-lambda/cost.json")
+    wall, cpu = record["seconds"], record["processor_seconds"]
+    base = "one-window DNI"
+    lines = ["| method | seconds per step | × one-window DNI | processor seconds per step | × one-window DNI |",
+             "|---|---:|---:|---:|---:|"]
+    for name in wall:
+        ratios = [statistics.median(t / b for t, b in zip(times[name], times[base])) for times in (wall, cpu)]
+        lines.append(row(name, f"{statistics.median(wall[name]):.4f}", f"{ratios[0]:,.1f}",
+                         f"{statistics.median(cpu[name]):.4f}", f"{ratios[1]:,.1f}"))
+    return "\n".join(lines)
+
+
+# --- side by side with koz4k/dni-pytorch -------------------------------------------------------------
+
+
+def ablation() -> dict:
+    return read_json("docs/dni-pytorch/ablation.json")
+
+
+def seeds_text(accuracies: list[float]) -> str:
+    return f"{percent(statistics.mean(accuracies))} ({', '.join(f'{100 * a:.2f}' for a in accuracies)})"
+
+
+def rows_of(method: str) -> list[dict]:
+    return [r for r in ablation()["rows"] if r["method"] == method]
+
+
+METHOD_NAMES = {"backprop": "backprop", "dni": "DNI", "cdni": "cDNI"}
+
+
+@table("dni-pytorch-comparison")
+def dni_pytorch_comparison(_: str) -> str:
+    peer = ablation()["peer"]
+    lines = ["| method | the peer | `sgrad paper` at the peer's setting | difference | `sgrad paper`'s default |",
+             "|---|---:|---:|---:|---:|"]
+    for method, name in METHOD_NAMES.items():
+        ours, default = rows_of(method)[-1]["accuracy"], rows_of(method)[0]["accuracy"]
+        difference = 100 * (statistics.mean(ours) - statistics.mean(peer[method]))
+        lines.append(row(name, seeds_text(peer[method]), seeds_text(ours), signed(difference), seeds_text(default)))
+    return "\n".join(lines)
+
+
+@table("dni-pytorch-ablation")
+def dni_pytorch_ablation(_: str) -> str:
+    changes = [(r["change"], r["option"]) for r in rows_of("dni")]  # DNI takes every step of the ablation
+    lines = ["| change | option | backprop | DNI | cDNI |", "|---|---|---:|---:|---:|"]
+    for change, option in changes:
+        found = {r["method"]: r["accuracy"] for r in ablation()["rows"] if r["change"] == change}
+        lines.append(row(change, f"`{option}`" if option else "",
+                         *(percent(statistics.mean(found[m])) if m in found else "" for m in METHOD_NAMES)))
+    peer = ablation()["peer"]
+    lines.append(row("the peer", "", *(percent(statistics.mean(peer[m])) for m in METHOD_NAMES)))
+    return "\n".join(lines)
+
+
+@table("dni-pytorch-interfaces")
+def dni_pytorch_interfaces(_: str) -> str:
+    dni = {r["change"]: r["accuracy"] for r in rows_of("dni")}
+    other = {r["change"]: r["accuracy"] for r in ablation()["other"]}
+    every_before = "an interface at every block, before the ReLU (the summed loss, sgrad's other defaults)"
+    return "\n".join([
+        "| DNI, `sgrad paper` | after the ReLU (ĝ = M(h)) | before the ReLU (ĝ = M(BN(z))) |", "|---|---:|---:|",
+        row("one interface, at block 2 (`--interfaces 2`)", seeds_text(dni["+ one interface, at block 2"]),
+            seeds_text(dni["+ before the ReLU"])),
+        row("an interface at every block (`--interfaces every`, the default)", seeds_text(dni["sgrad paper's default"]),
+            seeds_text(other[every_before]))])
+
+
+@table("dni-pytorch-more")
+def dni_pytorch_more(_: str) -> str:
+    dni = {r["change"]: r["accuracy"] for r in rows_of("dni")}
+    other = {r["change"]: r["accuracy"] for r in ablation()["other"]}
+    return "\n".join([
+        "| DNI, `sgrad paper`, seeds 0 to 2 | test accuracy |", "|---|---:|",
+        row("one interface, before the ReLU, at the peer's whole setting (the ablation's last row)",
+            seeds_text(dni["+ PyTorch's initial weights"])),
+        row("an interface at every block, before the ReLU, at the peer's setting otherwise",
+            seeds_text(other["an interface at every block, at the peer's setting otherwise"])),
+        row("an interface at every block, after the ReLU, bootstrapped targets (the default)",
+            seeds_text(dni["sgrad paper's default"])),
+        row("the same with the true gradient as the targets (`--targets true`)",
+            seeds_text(other["an interface at every block, after the ReLU, true-gradient targets"]))])
+
+
+# --- the README ----------------------------------------------------------------------------------------
+
+
+def notebook_time(seconds_taken: float) -> str:
+    return f"{seconds_taken:.0f} s" if seconds_taken < 90 else f"{seconds_taken / 60:.1f} min"
+
+
+@table("readme-notebooks")
+def readme_notebooks(current: str) -> str:
+    """The course's table as it stands, its last column (the time at full size) from docs/notebook-times.json."""
+    times = read_json("docs/notebook-times.json")["notebooks"]
+    lines = current.strip().splitlines()
+    out = lines[:2]
+    for line in lines[2:]:
+        notebook, *middle, _ = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        stem = re.match(r"`(\w+)`", notebook).group(1)
+        out.append(row(notebook, *middle, notebook_time(times[stem]["seconds"])))
+    return "\n".join(out)
+
+
+@table("readme-results")
+def readme_results(_: str) -> str:
+    compare = compare_final()
+    reproduction = {m: final(h) for (m, _), h in paper_results("docs/paper/reproduction").items()}
+    mlp = paper_results("docs/paper/depth-sweep-mlp")
+    depths = sorted({d for _, d in mlp})
+    gap = max(final(mlp[("backprop", d)]) - final(mlp[("dni", d)]) for d in depths)
+    cnn = {m: final(h) for (m, _), h in paper_results("docs/paper/cnn").items()}
+    rnn = {(r[0], r[1]): [c.split(" ")[0] for c in r[2:]] for r in table_rows(markdown_tables("docs/rnn/results.md")[0])}
+    windows = [c.strip().removeprefix("T = ") for c in markdown_tables("docs/rnn/results.md")[0].splitlines()[0]
+               .strip("|").split("|")[2:]]
+    parallel = {r[0]: r for r in table_rows(markdown_tables("docs/parallel/wall-clock/results.md")[0])}
+    peer, ours = ablation()["peer"], {m: rows_of(m)[-1]["accuracy"] for m in METHOD_NAMES}
+    steps = read_json("docs/performance/results.json")["steps"]["backprop, BN, f32"]["ratios"]
+
+    def mean(values: list[float]) -> str:
+        return percent(statistics.mean(values))
+
+    lines = ["| page | command | what it found |", "|---|---|---|",
+             row("[Binary addition](docs/results/compare.md)", "`sgrad compare`",
+                 f"held-out bits: backprop {compare['backprop']}%, no backprop {compare['no-bprop']}%, "
+                 f"DNI {compare['dni']}%, cDNI {compare['cdni']}%"),
+             row("[MNIST](docs/results/mnist.md)", "`sgrad paper`",
+                 f"the paper's 3-layer net, 25,000 iterations: backprop {percent(reproduction['backprop'])}, "
+                 f"cDNI {percent(reproduction['cdni'])}, DNI {percent(reproduction['dni'])}, no backprop "
+                 f"{percent(reproduction['no-bprop'])}; DNI within {100 * gap:.2f} points of backprop at every depth "
+                 f"from {depths[0]} to {depths[-1]} (generators at 3e-4)"),
+             row("[Convolutional nets](docs/results/convolution.md)", "`sgrad paper --arch cnn`",
+                 f"16 channels, 1,500 steps: backprop {percent(cnn['backprop'])}, cDNI {percent(cnn['cdni'])}, "
+                 f"DNI {percent(cnn['dni'])}, no backprop {percent(cnn['no-bprop'])}"),
+             row("[Recurrent DNI](docs/results/recurrent.md)", "`sgrad rnn`",
+                 f"Copy: the most vectors N copied (median of 3 seeds), with truncation windows of T = "
+                 f"{', '.join(windows)} steps: truncated BPTT {', '.join(rnn[('copy', 'bptt')])}; DNI "
+                 f"{', '.join(rnn[('copy', 'dni')])}"),
+             row("[Parallel workers](docs/results/parallel.md)", "`sgrad parallel`",
+                 f"2 workers, 5,000 steps: cDNI {parallel['cdni'][2]} examples/s against locked backprop's "
+                 f"{parallel['backprop'][2]}, ending at {parallel['cdni'][4]} and {parallel['backprop'][4]}"),
+             row("[Side by side with koz4k/dni-pytorch](docs/results/dni-pytorch.md)", "`sgrad paper` at its setting",
+                 f"backprop {mean(ours['backprop'])}, DNI {mean(ours['dni'])}, cDNI {mean(ours['cdni'])} against its "
+                 f"{mean(peer['backprop'])}, {mean(peer['dni'])}, {mean(peer['cdni'])}"),
+             row("[Performance](docs/results/performance.md)", "`benchmarks/performance.py`",
+                 f"a backprop step in {steps['torch']:.2f}× PyTorch's time and {steps['limit']:.2f}× its matrix "
+                 f"products")]
+    return "\n".join(lines)
+
+
+# --- the pages ---------------------------------------------------------------------------------------------
+
+
+def pages() -> list[pathlib.Path]:
+    return [ROOT / "README.md"] + sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts)
+
+
+def rewrite(text: str) -> str:
+    """``text`` with every marked table written from its records; KeyError for a table with no writer."""
+    def replace(match: re.Match) -> str:
+        name = match.group("name")
+        if name not in TABLES:
+            raise KeyError(f"no table named {name!r} in docs/tables.py")
+        return f"{match.group(1)}{TABLES[name](match.group('body')).strip()}\n{match.group(4)}"
+    return MARKED.sub(replace, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit status 1 if a table differs")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(ROOT))  # sgrad's own formatting of a command's table, from this checkout
+    stale, used = [], set()
+    for page in pages():
+        text = page.read_text()
+        used.update(match.group("name") for match in MARKED.finditer(text))
+        try:
+            new = rewrite(text)
+        except KeyError as error:
+            print(f"{page.relative_to(ROOT)}: {error.args[0]}", file=sys.stderr)
+            return 1
+        if new != text:
+            stale.append(page.relative_to(ROOT))
+            if not args.check:
+                page.write_text(new)
+    unused = sorted(set(TABLES) - used)
+    if unused:
+        print(f"no page marks the tables {', '.join(unused)}", file=sys.stderr)
+    if stale:
+        print(f"{'differ from their records' if args.check else 'rewrote'}: {', '.join(map(str, stale))}",
+              file=sys.stderr)
+    return 1 if (unused or (stale and args.check)) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
