@@ -139,9 +139,9 @@ def test_grade_without_the_notebook_libraries_says_what_to_install_in_one_line(f
     result = run(fresh, "sgrad", "grade", "missing.ipynb")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.splitlines() == [
-        "sgrad grade: error: grading runs notebooks in a Jupyter kernel and needs nbformat, nbclient, ipykernel; "
-        "this Python has no nbformat and no nbclient and no ipykernel: install them with 'python -m pip install "
-        "nbformat nbclient ipykernel' (or sgrad's notebooks extra, see the README)"]
+        "sgrad grade: error: grading runs notebooks in a Jupyter kernel and needs nbformat, jupyter_client, ipykernel; "
+        "this Python has no nbformat and no jupyter_client and no ipykernel: install them with 'python -m pip install "
+        "nbformat jupyter_client ipykernel' (or sgrad's notebooks extra, see the README)"]
 
 
 @pytest.fixture(scope="module")
