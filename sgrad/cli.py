@@ -390,7 +390,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 # What `sgrad grade` needs beyond the plain install: the notebook libraries and a Python kernel.
-GRADING_NEEDS = ("nbformat", "nbclient", "ipykernel")
+GRADING_NEEDS = ("nbformat", "jupyter_client", "ipykernel")
 
 
 def _grading() -> Any:

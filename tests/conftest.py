@@ -1,9 +1,10 @@
 """Shared by every test: the gradient helpers, floating-point errors that raise, and the Hypothesis profiles.
 
 Import the helpers in a test file with ``from conftest import assert_gradients_match, relative_error``
-(pytest puts ``tests/`` on ``sys.path``).  ``numerical_gradient`` and ``relative_error`` are the library's
-own central-difference gradient and relative error; tests/test_checks.py checks them against functions
-whose gradients are known.  The Hypothesis strategies live in strategies.py.
+(pytest puts ``tests/`` on ``sys.path``).  This file puts ``notebooks/instructor/`` there too, where the
+reference answers live outside the package: ``from solutions import MY_LAYER``.  ``numerical_gradient`` and
+``relative_error`` are the library's own central-difference gradient and relative error; tests/test_checks.py
+checks them against functions whose gradients are known.  The Hypothesis strategies live in strategies.py.
 
 Hypothesis runs the ``ci`` profile unless ``HYPOTHESIS_PROFILE`` names another:
 
@@ -14,11 +15,14 @@ Hypothesis runs the ``ci`` profile unless ``HYPOTHESIS_PROFILE`` names another:
 """
 
 import contextlib
+import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -32,9 +36,13 @@ from sgrad.kernels import linear_forward
 from sgrad.layers import Layer
 from sgrad.nonlinearities import relu
 
+# The reference answers of notebook 07: a file of the repository's instructor folder, not a module of sgrad.
+INSTRUCTOR = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "instructor"
+sys.path.insert(0, str(INSTRUCTOR))
+
 __all__ = ["numerical_gradient", "relative_error", "assert_gradients_match", "assert_backward_matches_central_differences",
            "normal", "randomize", "away_from_kinks", "random_input_and_delta", "assert_dtype", "assert_tree_dtype",
-           "tree_state", "assert_same_state", "tiny_mnist", "copy_of_the_code"]
+           "tree_state", "assert_same_state", "tiny_mnist", "answer_lines", "copy_of_the_code"]
 
 settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, database=None,
                           print_blob=True)
@@ -223,6 +231,19 @@ def tiny_mnist(folder):
                         x_test=rng.integers(0, 256, (16, 28, 28), dtype=np.uint8),
                         y_test=rng.integers(0, 10, 16, dtype=np.uint8))
     return folder / "mnist.npz"
+
+
+def answer_lines():
+    """The lines of the reference answers (notebooks/instructor/solutions.py) that do an exercise's work: those
+    that the notebook's stubs do not give, but for ``return loss`` and the like (names returned), which any code
+    may hold."""
+    import solutions
+
+    notebook = json.loads((INSTRUCTOR.parent / "07_homework.ipynb").read_text())
+    given = {line.split("#")[0].strip() for cell in notebook["cells"] for line in "".join(cell["source"]).splitlines()}
+    lines = [line.split("#")[0].strip() for answer in (solutions.MY_LAYER, solutions.MY_DNI, solutions.MY_FULL_DNI)
+             for line in answer.splitlines()[2:]]
+    return [line for line in lines if line not in given and not re.fullmatch(r"return \w+(, \w+)*", line)]
 
 
 def copy_of_the_code(folder):

@@ -23,14 +23,15 @@ LAYERS = [
     ["generators"],
     ["dni"],
     ["steps", "boundary_targets", "eligibility_traces", "eprop", "tbptt", "divergence", "batches", "evaluation",
-     "checkpoint", "course", "course.driver", "course.checkers", "course.ownwork", "course.solutions", "blackbox",
+     "checkpoint", "course", "course.driver", "course.checkers", "course.ownwork", "course.definitions", "blackbox",
      "__init__"],
     ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells",
      "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments", "experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn",
      "experiments.parallel", "experiments.rnn", "experiments.char_lm", "experiments.lstm_model", "plotting",
-     "course.processes", "course.grader", "course.gradebook", "course.autograder"],
+     "course.processes", "course.sandbox", "course.grader", "course.gradebook", "course.autograder",
+     "course.edition"],
     ["cli", "__main__", "course.command", "handout"],
 ]
 LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}

@@ -1,5 +1,5 @@
 """The homework in Otter-Grader: Otter's own commands build the student release and the autograder from the
-instructor's notebook (sgrad/course/otter/07_homework.ipynb), and grade as ``sgrad grade`` does.
+instructor's notebook (notebooks/instructor/07_homework.ipynb), and grade as ``sgrad grade`` does.
 
 Runs ``otter assign`` once, then ``otter run`` and ``sgrad grade`` on the same three notebooks: Otter's
 student release with the answers, as released (the stubs), and with one planted mistake per exercise.
@@ -17,10 +17,26 @@ import uuid
 import nbformat
 import pytest
 
+from conftest import copy_of_the_code
 from sgrad.course import autograder
 from sgrad.course.grader import EXERCISES
-from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER
-from test_grading import MARK, MISTAKES, Run, marked
+from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER
+from grading_helpers import Run, none_left
+from test_grading import MISTAKES
+
+MARK = "SGRAD_TEST_AUTOGRADER"  # in the environment of each command; Otter's kernels inherit it
+
+
+def marked(value):
+    """The pids of the processes whose environment holds MARK=value."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and f"{MARK}={value}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            pass
+    return found
 
 OTTER = pathlib.Path(sys.executable).parent / "otter"
 pytestmark = pytest.mark.skipif(not OTTER.exists(), reason="needs Otter-Grader: pip install -e '.[autograder]'")
@@ -96,6 +112,7 @@ def verdicts(assigned, tmp_path_factory):
         found[name] = ([scores[question] == 1 for question in QUESTIONS],
                        [run.exercise(exercise.number).startswith("✓") for exercise in EXERCISES])
     found["left running"] = marked(value)
+    found["sandboxes left"] = not none_left(str(folder))
     return found
 
 
@@ -108,3 +125,23 @@ def test_otter_run_and_sgrad_grade_give_the_same_verdicts(verdicts, name, expect
 
 def test_no_kernel_of_either_tool_outlives_it(verdicts):
     assert verdicts["left running"] == []
+    assert not verdicts["sandboxes left"]
+
+
+def test_the_answers_are_read_as_text_from_the_instructor_folder_of_the_clone():
+    assert autograder.answers() == {"MY_LAYER": MY_LAYER, "MY_DNI": MY_DNI, "MY_FULL_DNI": MY_FULL_DNI}
+    assert autograder.SOLUTIONS.parent == autograder.INSTRUCTOR.parent == autograder.HOMEWORK.parent / "instructor"
+
+
+def test_without_the_answers_the_instructor_notebook_says_where_they_live(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"notebooks/instructor/solutions\.py\), not in an installed sgrad"):
+        autograder.instructor_notebook(solutions=tmp_path / "solutions.py")
+
+
+def test_the_command_fails_in_one_line_where_the_package_has_no_clone_around_it(tmp_path):
+    src = copy_of_the_code(tmp_path)  # sgrad and data_gen alone, as an installed package has them
+    run = subprocess.run([sys.executable, "-m", "sgrad.course.autograder"], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(src)}, timeout=120)
+    assert run.returncode == 1
+    assert run.stderr.startswith(f"sgrad.course.autograder: the reference answers {src / 'notebooks'}")
+    assert len(run.stderr.splitlines()) == 1 and run.stdout == ""

@@ -1,7 +1,7 @@
 """The homework checkers pass sgrad's own classes, and name each planted bug.
 
 Each exercise has a correct answer written with arrays, as the homework asks (``MY_LAYER``, ``MY_DNI``,
-``MY_FULL_DNI`` in sgrad/course/solutions.py).  A planted bug is that answer with a few words changed: each
+``MY_FULL_DNI`` in notebooks/instructor/solutions.py).  A planted bug is that answer with a few words changed: each
 row of ``BUGS`` shows the edit a student would make, and what the checker must say about it.  The
 tests of one exercise carry its marker (``exercise_backward``, ``exercise_dni_update``,
 ``exercise_generator_update``).  A student's notebook is graded by ``sgrad grade`` (tests/test_grading.py).
@@ -13,7 +13,7 @@ import pytest
 from sgrad import DNI, Layer
 from sgrad.course import (CheckResult, check_dni_update, check_generator_update, check_layer_backward,
                           gradient_check, numerical_gradient, relative_error)
-from sgrad.course.solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, planted
+from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, planted
 
 # exercise: (its marker, its checker, the correct answer)
 EXERCISES = {

@@ -1,4 +1,8 @@
-"""The wheel that ``python -m build`` makes installs into a fresh environment and runs the course's commands.
+"""The wheel that ``python -m build`` makes: it holds no answer, installs into a fresh environment and runs the
+course's commands.
+
+The answers (notebooks/instructor/: ``solutions.py`` and the Otter-Grader notebook) live in the repository,
+beside the course's notebooks, and not in the package, so that a student's install has none.
 
 The build runs on a copy of the checkout's files (so no build folder is left in it), without build isolation
 (no download of setuptools); the fresh virtual environment gets the wheel with ``--no-index`` and, for its
@@ -11,12 +15,14 @@ import shutil
 import subprocess
 import sys
 import venv
-from pathlib import Path
+import zipfile
+from pathlib import Path, PurePosixPath
 
 import pytest
 from packaging.requirements import Requirement
 
 import sgrad
+from conftest import answer_lines
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the build reads: the packages, the notebooks it puts in the wheel, and the build's own files.
@@ -55,8 +61,8 @@ def link_dependencies(folder):
 
 
 @pytest.fixture(scope="module")
-def fresh(tmp_path_factory):
-    """``(bin, workdir)``: a fresh environment with the wheel installed, and an empty folder to run in."""
+def built(tmp_path_factory):
+    """The wheel, built from a copy of the checkout's files."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
     for name in BUILD_INPUTS:
@@ -68,6 +74,13 @@ def fresh(tmp_path_factory):
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
     wheel, = (root / "dist").glob("sgrad-*-py3-none-any.whl")
     assert wheel.name == f"sgrad-{sgrad.__version__}-py3-none-any.whl"
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def fresh(built):
+    """``(bin, workdir)``: a fresh environment with the wheel installed, and an empty folder to run in."""
+    wheel, root = built, built.parents[1]
     venv.create(root / "venv", with_pip=True)
     bin_dir = root / "venv" / "bin"
     installed = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "--no-index", "--no-deps",
@@ -126,6 +139,39 @@ def test_grade_without_the_notebook_libraries_says_what_to_install_in_one_line(f
     result = run(fresh, "sgrad", "grade", "missing.ipynb")
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr.splitlines() == [
-        "sgrad grade: error: grading runs notebooks in a Jupyter kernel and needs nbformat, nbclient, ipykernel; "
-        "this Python has no nbformat and no nbclient and no ipykernel: install them with 'python -m pip install "
-        "nbformat nbclient ipykernel' (or sgrad's notebooks extra, see the README)"]
+        "sgrad grade: error: grading runs notebooks in a Jupyter kernel and needs nbformat, jupyter_client, ipykernel; "
+        "this Python has no nbformat and no jupyter_client and no ipykernel: install them with 'python -m pip install "
+        "nbformat jupyter_client ipykernel' (or sgrad's notebooks extra, see the README)"]
+
+
+@pytest.fixture(scope="module")
+def wheel_files(built):
+    """The files of the wheel: ``{name: bytes}``."""
+    with zipfile.ZipFile(built) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def test_the_wheel_holds_the_two_packages_and_nothing_of_the_repository_around_them(wheel_files):
+    tops = {name.split("/")[0] for name in wheel_files}
+    assert {top for top in tops if not top.endswith(".dist-info")} == {"sgrad", "data_gen"}
+    assert "sgrad/layers.py" in wheel_files and "sgrad/course/edition.py" in wheel_files
+
+
+def test_the_wheel_holds_no_solution(wheel_files):
+    # sgrad.course.autograder writes Otter's markers around the answers it reads from a clone, so it names them.
+    marked = [name for name, data in wheel_files.items() if b"BEGIN SOLUTION" in data]
+    assert marked in ([], ["sgrad/course/autograder.py"])
+    assert [name for name in wheel_files if PurePosixPath(name).stem == "solutions"] == []
+    students = {f"sgrad/notebooks/{p.name}" for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    assert {name for name in wheel_files if name.endswith(".ipynb")} == students
+    assert [name for name in wheel_files if "otter" in name or "instructor" in name] == []
+    holding = [(name, line) for name, data in wheel_files.items() for line in answer_lines() if line.encode() in data]
+    assert holding == []
+
+
+def test_the_solutions_the_wheel_leaves_out_are_in_the_repository():
+    """The test above can fail: what it looks for is in the checkout, where the instructor keeps it."""
+    instructor = ROOT / "notebooks" / "instructor"
+    assert "BEGIN SOLUTION" in (instructor / "07_homework.ipynb").read_text()
+    answers = (instructor / "solutions.py").read_text()
+    assert len(answer_lines()) > 10 and all(line in answers for line in answer_lines())

@@ -3,10 +3,10 @@
 A checker (:mod:`sgrad.course.checkers`) chooses the inputs, :func:`drive` runs the student's code on
 them and records its outputs as plain data (arrays, numbers, names), and the checker's judge compares
 that data with sgrad's reference.  In a notebook the three run in one process.  When ``sgrad grade``
-grades a notebook, :func:`drive` runs in the student's kernel and its record travels back to the grader
-as data (:func:`encode`, :func:`decode`: arrays as .npy bytes, never pickles), where the judge runs:
-nothing in the kernel decides a verdict.  This file is sent to the kernel as text and runs there in a
-namespace of its own, so it imports nothing of sgrad at its top.
+grades a notebook, this file runs as a script in the grading sandbox (:func:`main`), where ``import
+sgrad`` finds the homework edition; its record travels back to the grader as data (:func:`encode`,
+:func:`decode`: arrays as .npy bytes, never pickles), where the judge runs: nothing in the sandbox decides
+a verdict.  So that it runs there as it is, it imports nothing of sgrad.
 
 A record is a dict: ``{"cases": [case, ...]}``, one case per set of inputs, each case a dict of
 ``name: value``, where a value is a float64 array, None, a string, a list of strings, a dict of arrays
@@ -25,15 +25,15 @@ import numpy as np
 
 # The largest record a kernel may send back, in bytes of its JSON: the checked arrays are a few hundred numbers.
 RECORD_LIMIT = 2_000_000
+# What the homework edition's withheld methods say (sgrad.course.edition): not the student's stub, but sgrad's own
+# method, which the class ran instead of writing its own.
+WITHHELD = "is withheld while sgrad grade runs"
 ARRAY_LIMIT = 10_000  # entries of an answer sent back as an array; a larger one is sent as its shape alone
 MESSAGE_LIMIT = 300  # characters of an exception's message that a record keeps
 
 
 class _Stop(Exception):
     """Ends a case: a stage raised, and the record says so."""
-
-
-RESULT_TYPE = "application/vnd.sgrad.grader+json"  # the display type of a record sent to the grader
 
 
 def drive(exercise, make, inputs):
@@ -51,15 +51,50 @@ def drive(exercise, make, inputs):
     return {"cases": cases}
 
 
-def send(exercise, class_name, inputs_json, nonce, namespace):
-    """In the kernel: drive the class ``namespace[class_name]`` on the inputs, and display the record for the grader."""
+READY = "sgrad driver ready"  # the driver's first line, written before any of the notebook's code runs
+
+
+def main():
+    """In the grading sandbox (``python -I driver.py``): read the job from stdin, load the notebook's definitions,
+    drive the exercise's class, and write the record as one line of JSON to stdout.
+
+    The job is ``{"library", "definitions", "exercise", "class_name", "inputs"}``: the folder of the homework
+    edition, the notebook's definitions as ``[[cell number, source], ...]`` (:mod:`sgrad.course.definitions`),
+    and the inputs as :func:`encode` gives them.  What the student's code prints goes nowhere: the record
+    leaves through a copy of stdout taken before that code runs.
+    """
     import json
 
-    from IPython.display import display
+    channel = os.fdopen(os.dup(1), "w")
+    nowhere = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(nowhere, 1)
+    os.dup2(nowhere, 2)
+    channel.write(READY + "\n")
+    channel.flush()
+    job = json.loads(sys.stdin.read())
+    sys.path.insert(0, job["library"])
+    namespace, errors = load(job["definitions"])
+    make = namespace.get(job["class_name"])
+    if make is None:
+        record = {"missing": True, "errors": errors}
+    else:
+        record = drive(job["exercise"], make, decode(job["inputs"]))
+    channel.write(json.dumps(encode(record)) + "\n")
+    channel.flush()
+    os._exit(0)  # the record is the last line: no exit handler of the notebook's runs after it
 
-    make = namespace.get(class_name)
-    record = {"missing": True} if make is None else drive(exercise, make, decode(json.loads(inputs_json)))
-    display({RESULT_TYPE: {"nonce": nonce, "record": encode(record)}}, raw=True)
+
+def load(cells):
+    """The namespace that the definitions ``cells`` (``[[cell number, source], ...]``) leave, run cell by cell
+    as a kernel runs them (a cell that raises stops there; the next runs), and what each that raised said."""
+    namespace = {"__name__": "__notebook__"}
+    errors = []
+    for number, source in cells:
+        try:
+            exec(compile(source, f"<code cell {number}>", "exec"), namespace)
+        except Exception as error:
+            errors.append(f"code cell {number} raised {type(error).__name__}: {str(error)[:MESSAGE_LIMIT]}")
+    return namespace, errors
 
 
 def _drive_backward(make, case):
@@ -121,9 +156,10 @@ def _drive_generator_update(make, case):
         out["parameters"] = _parameters(layer)
         c = None if case["c"] is None else case["c"].copy()
         sgrad_dni = _sgrad_dni(layer)
-        if sgrad_dni is not None:  # sgrad's own step, so that this check grades the generator update alone
-            _call(out, "DNI.forward_and_synthetic_update()", sgrad_dni.forward_and_synthetic_update, layer,
-                  case["x"].copy(), c)
+        if sgrad_dni is not None:  # the step's first half, as the stub of exercise 2 gives it, so that this check
+            # grades the generator update alone: h = f(x W + b), then ĝ = M(h, c), which leaves [h, c] in M.input
+            output = _call(out, "DNI.forward()", sgrad_dni.forward, layer, case["x"].copy())
+            layer.synthetic_gradient = _call(out, "self.generator.forward()", layer.generator.forward, output, c)
         else:
             _call(out, "forward_and_synthetic_update()", layer.forward_and_synthetic_update, case["x"].copy(), c)
         generator = layer.generator
@@ -216,7 +252,7 @@ def _call(out, stage, function, *args, **kwargs):
     except Exception as error:
         out["error"] = {"stage": stage, "type": type(error).__name__,
                         "message": str(error)[:MESSAGE_LIMIT], "where": _where(error),
-                        "not_implemented": isinstance(error, NotImplementedError)}
+                        "not_implemented": isinstance(error, NotImplementedError) and WITHHELD not in str(error)}
         raise _Stop from None
 
 
@@ -301,3 +337,7 @@ def _text(value):
     if type(value) is not str:
         raise ValueError(f"expected text; got {type(value).__name__}")
     return value
+
+
+if __name__ == "__main__":
+    main()

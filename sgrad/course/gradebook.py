@@ -3,12 +3,15 @@
     sgrad grade submissions/ --jobs 2 --gradebook grades.csv
 
 Each notebook is graded by a grader process of its own (``sgrad grade NOTEBOOK``, with its own
-kernel, limits and clean-up), ``--jobs`` of them at a time, so that a broken or hanging notebook,
-or a grader that fails on it, costs only its own row.  The reports go to stdout, one after the other in
-the order the notebooks were given; a progress bar goes to stderr (a line per notebook when stderr is
-not a terminal).  The gradebook is a CSV file that a learning-management system imports: a row per
-notebook with its score, each exercise's verdict and a one-line message.  It is written whole at the
-end, or not at all if grading is interrupted.
+sandboxes, limits and clean-up), ``--jobs`` of them at a time, so that a broken or hanging notebook,
+or a grader that fails on it, costs only its own row.  A grader hands its verdicts back in a file of
+the gradebook's private folder, which no sandbox can see; a grader that fails for any reason, or whose
+file is not a complete record, gives "not graded" with the reason, never a verdict.  The reports go
+to stdout, one after the other in the order the notebooks were given; a progress bar goes to stderr
+(a line per notebook when stderr is not a terminal).  The gradebook is a CSV file that a
+learning-management system imports: a row per notebook with its score, each exercise's verdict, the
+seed of its inputs, whether it was sandboxed, and a one-line message.  It is written whole at the end,
+or not at all if grading is interrupted.
 """
 
 import csv
@@ -37,23 +40,26 @@ class Row:
     report: str = ""
     error: str = ""                       # why it could not be graded
     verdicts: list[dict[str, Any]] = field(default_factory=list)  # {"title", "passed", "message"}
+    seed: "int | None" = None             # the seed of the inputs its exercises were driven on
+    sandboxed: bool = True
 
     @property
     def graded(self) -> bool:
-        return self.status in (0, 1) and len(self.verdicts) == len(EXERCISES)
+        return self.status in (0, 1) and len(self.verdicts) == len(EXERCISES) and self.seed is not None
 
     def cells(self, name: str) -> list[str]:
+        sandbox = "yes" if self.sandboxed else "no (--no-sandbox)"
         if not self.graded:
-            return [name, "not graded", "", str(len(EXERCISES))] + [""] * len(EXERCISES) + [self.error]
+            return [name, "not graded", "", str(len(EXERCISES))] + [""] * len(EXERCISES) + ["", sandbox, self.error]
         passed = [verdict["passed"] for verdict in self.verdicts]
         failing = [f"Exercise {number}: {verdict['message'].splitlines()[0]}"
                    for number, verdict in enumerate(self.verdicts, start=1) if not verdict["passed"] and verdict["message"]]
         return ([name, "graded", str(sum(passed)), str(len(EXERCISES))] + ["pass" if ok else "fail" for ok in passed]
-                + [" | ".join(failing)])
+                + [str(self.seed), sandbox, " | ".join(failing)])
 
 
 HEADER = (["notebook", "status", "score", "max_score"] + [f"exercise_{exercise.number}" for exercise in EXERCISES]
-          + ["message"])
+          + ["seed", "sandbox", "message"])
 
 
 def notebooks_in(paths: list[pathlib.Path]) -> list[pathlib.Path]:
@@ -67,11 +73,12 @@ def notebooks_in(paths: list[pathlib.Path]) -> list[pathlib.Path]:
     return found
 
 
-def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memory: int,
-                gradebook: "pathlib.Path | None", out: TextIO = sys.stdout, progress: TextIO = sys.stderr) -> int:
+def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memory: int, seed: "int | None" = None,
+                sandboxed: bool = True, gradebook: "pathlib.Path | None", out: TextIO = sys.stdout,
+                progress: TextIO = sys.stderr) -> int:
     """Grade each notebook in a grader process of its own, ``jobs`` at a time; print the reports in order, write
     the gradebook; returns the exit status: the worst of the notebooks' (0 all passed, 1 some failed, 2 some
-    not graded).  Ctrl-C or SIGTERM stops every grader (each ends its kernel) and raises KeyboardInterrupt
+    not graded).  Ctrl-C or SIGTERM stops every grader (each ends its sandboxes) and raises KeyboardInterrupt
     (:class:`sgrad.course.grader.Terminated` for SIGTERM), with no gradebook written."""
     from .grader import Terminated
 
@@ -85,6 +92,7 @@ def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memor
             record = pathlib.Path(scratch) / f"{index}.json"
             command = [sys.executable, "-m", "sgrad", "grade", str(rows[index].notebook), "--timeout", str(timeout),
                        "--memory", str(memory), "--record", str(record)]
+            command += ([] if seed is None else ["--seed", str(seed)]) + ([] if sandboxed else ["--no-sandbox"])
             with lock:
                 if stopping:
                     return
@@ -121,9 +129,12 @@ def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memor
             if stopping:
                 with lock:
                     for process in running.values():
-                        process.send_signal(signal.SIGTERM)  # each grader ends its kernel, then exits
+                        process.send_signal(signal.SIGTERM)  # each grader kills its sandboxes, then exits
                 for thread in threads:
-                    thread.join(timeout=60)
+                    thread.join(timeout=GRACE)
+                with lock:
+                    for process in running.values():  # a grader still there: its sandboxes die with it
+                        process.kill()
                 bar.close()
                 raise Terminated if stopping[0] == signal.SIGTERM else KeyboardInterrupt
             bar.close()
@@ -139,12 +150,19 @@ def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memor
     return max((row.status if row.status in (0, 1) and row.graded else 2) for row in rows) if rows else 2
 
 
+GRACE = 10  # seconds a grader may take to end after SIGTERM, before it is killed
+
+
 def _fill(row: Row, status: int, report: str, errors: str, record: pathlib.Path) -> None:
     row.status, row.report = status, report
     try:
-        row.verdicts = json.loads(record.read_text())["exercises"]
-    except (OSError, ValueError, KeyError):
-        row.verdicts = []
+        data = json.loads(record.read_text())
+        row.verdicts, row.seed, row.sandboxed = data["exercises"], int(data["seed"]), bool(data["sandboxed"])
+        if not all(isinstance(verdict["passed"], bool) and isinstance(verdict["message"], str)
+                   for verdict in row.verdicts):
+            raise ValueError("not a record of verdicts")
+    except (OSError, ValueError, KeyError, TypeError):
+        row.verdicts, row.seed = [], None
     if not row.graded:
         said = errors.strip().splitlines()
         row.error = (said[-1].removeprefix("sgrad grade: error: ") if said and status == 2

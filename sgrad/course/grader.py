@@ -1,38 +1,50 @@
-"""``sgrad grade``: run a homework notebook in a Jupyter kernel, then grade the classes the student wrote.
+"""``sgrad grade``: grade a homework notebook in a sandbox, on inputs drawn afresh for each grading.
 
     sgrad grade path/to/07_homework.ipynb
 
-The notebook runs top to bottom in a fresh ``python3`` kernel, driven by nbclient (the library that
-nbconvert and nbmake use to execute notebooks), with ``SGRAD_SMOKE=1`` so that its training cells stay
-short.  A cell that raises does not stop the run, and a cell still running after ``--timeout`` seconds
-is interrupted.  Then, one cell per exercise, the grader drives the class the student wrote
-(``MyLayer``, ``MyDNI``, ``MyFullDNI``) on inputs it chose (:mod:`sgrad.course.driver`), and the kernel
-sends back what came out, as arrays.  Every verdict is decided here, in the grader's process: the
-arrays are compared with sgrad's reference code run on the same inputs (:func:`sgrad.course.checkers.judge`),
-and the notebook's source is read for whether each method is the student's own (:mod:`sgrad.course.ownwork`).
-Nothing the notebook does in its kernel can print a verdict: the report quotes what the notebook raised,
-indented and marked, and its verdict lines are the grader's own, last.
+Everything of the notebook runs in a sandbox (:mod:`sgrad.course.sandbox`): a read-only system and
+Python environment, a private HOME and /tmp, no network, a process namespace of its own, one memory
+limit for all its processes.  There ``import sgrad`` finds the homework edition
+(:mod:`sgrad.course.edition`), which holds no reference implementation of any exercise: the real
+sgrad, its solutions and the other students' notebooks are not there to be read.  Grading takes two
+steps, within one wall-clock limit, ``--timeout``:
+
+1. **The verdicts.**  For each exercise, a fresh Python process loads the notebook's definitions (its
+   imports, functions, classes and constants, :mod:`sgrad.course.definitions`; none of its other
+   statements), drives the class the student wrote (``MyLayer``, ``MyDNI``, ``MyFullDNI``) on inputs
+   drawn from a seed chosen afresh for this grading (:mod:`sgrad.course.driver`), and writes what came
+   out, as arrays, to a pipe that the grader reads up to a limit.  Every verdict is decided here, in the
+   grader's process: the arrays are compared with sgrad's reference code run on the same inputs
+   (:func:`sgrad.course.checkers.judge`), and the notebook's source is read for whether each method is
+   the student's own (:mod:`sgrad.course.ownwork`).
+2. **The report.**  The notebook runs top to bottom in a fresh python3 Jupyter kernel, with
+   ``SGRAD_SMOKE=1`` (short training cells) and ``SGRAD_GRADING=1``, so that the report can list the
+   cells that raised.  The grader reads only each cell's reply (whether it raised, and what), never its
+   output.  Nothing the notebook does there reaches a verdict.
 
 The exit status is 0 if every exercise passed, 1 if any failed, and 2 if the notebook could not be graded
-(no such file, not a notebook, no kernel).
+(no such file, not a notebook, no sandbox, no kernel).
 """
 
-import asyncio
-import atexit
 import contextlib
-import copy
 import json
 import os
 import pathlib
+import queue
 import secrets
+import selectors
+import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import checkers, driver, ownwork, processes
+from . import checkers, definitions, driver, edition, ownwork, processes, sandbox
 from .checkers import CheckResult
 
 
@@ -59,39 +71,49 @@ EXERCISES = (
     Exercise(2, "dni_update", "DNI.forward_and_synthetic_update", "MyDNI"),
     Exercise(3, "generator_update", "DNI.update_synthetic_weights", "MyFullDNI"),
 )
-TIMEOUT = 300  # seconds a cell may run, the notebook's own and the grader's alike
-SEED = 0       # the grader's inputs: those of the checkers in the notebook
-KERNEL_STARTS = 3  # kernels to start before giving up on one that never answers
-MAX_KILLS = 3      # the notebook's cells killed before the grader gives up on it
-GRACE = 5          # seconds a cell may go on after the interrupt, before its kernel is killed
-MEMORY = 4096      # MiB of address space a kernel may take, by default
-# One BLAS thread per kernel, unless the grader's environment says otherwise: the homework's arrays are small,
-# kernels graded side by side share the cores, and a BLAS library's buffers for many threads would count
-# against the memory limit.
+TIMEOUT = 300      # seconds for the whole grading of a notebook: its exercises, then its cells
+MEMORY = 4096      # MiB that all the processes of a notebook's sandbox may take together, by default
+MIN_MEMORY = 256          # MiB below which the homework does not run where one cgroup caps a sandbox's processes
+MIN_ADDRESS_SPACE = 1024  # MiB below which a kernel does not start where each process's address space is capped
+ANSWER_LIMIT = 4 * driver.RECORD_LIMIT  # bytes the grader reads of an exercise's answer
+MESSAGE_LIMIT = 2**20  # bytes of one message the grader takes from a kernel; a larger one is dropped
+KERNEL_START = 60      # seconds a kernel may take to answer, at most (and never past the deadline)
+# One BLAS thread per process: the homework's arrays are small, and notebooks graded side by side share the cores.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-DRIVER_CELL = """\
-exec(compile({source!r}, "<sgrad grader>", "exec"), _sgrad_grader := {{"__name__": "_sgrad_grader"}})
-_sgrad_grader["send"]({key!r}, {class_name!r}, {inputs!r}, {nonce!r}, globals())
-"""
+LIBRARY = "/opt/sgrad-grading/lib"             # where the sandbox holds the homework edition
+DRIVER = "/opt/sgrad-grading/driver.py"        # and the driver
 QUOTE = "    │ "  # the margin of every line the report quotes from the notebook
+
+
+class GradingError(Exception):
+    """The notebook could not be graded; the message says why, for the person who ran the grader."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while grading: handled as Ctrl-C is (one line, no verdicts), with exit status 143."""
 
 
 @dataclass
 class Grades:
-    """What grading found: a CheckResult per exercise, the notebook's cells that raised, and the seconds taken."""
+    """What grading found: a CheckResult per exercise, the seed of the inputs, the cells that raised, the time."""
 
     results: list[CheckResult]
+    seed: int
+    sandboxed: bool
     cell_errors: list[str]
+    refused: list[str]   # what the notebook's source does that the grader refuses
+    notes: list[str]     # what stopped the notebook's run early, and what its definitions left out
     seconds: float
-    refused: list[str]  # what the notebook's source does that the grader refuses
 
     @property
     def passed(self) -> bool:
         return all(result.passed for result in self.results)
 
     def __str__(self) -> str:
-        lines = [f"The notebook ran in {self.seconds:.1f} s (with SGRAD_SMOKE=1, in a scratch copy of its folder), "
-                 f"then the grader drove its {len(self.results)} exercises on inputs of its own."]
+        lines = [] if self.sandboxed else [f"WARNING: {NO_SANDBOX}"]
+        lines += [f"Graded in {self.seconds:.1f} s, on inputs drawn from seed {self.seed}: the exercises' classes "
+                  "first, then the notebook top to bottom (SGRAD_SMOKE=1)."]
+        lines += self.notes
         if self.cell_errors:
             lines += ["Cells that raised an error:"] + [QUOTE + error for error in self.cell_errors]
         if self.refused:
@@ -103,8 +125,8 @@ class Grades:
         return "\n".join(lines)
 
 
-class GradingError(Exception):
-    """The notebook could not be graded; the message says why, for the person who ran the grader."""
+NO_SANDBOX = ("graded without a sandbox (--no-sandbox): the notebook could read and change anything this user "
+              "can, sgrad's reference code included; grade untrusted notebooks only in a sandbox")
 
 
 def read_notebook(path: pathlib.Path) -> Any:
@@ -121,326 +143,202 @@ def read_notebook(path: pathlib.Path) -> Any:
     return notebook
 
 
-def grade(path: pathlib.Path, *, timeout: int = TIMEOUT, memory: int = MEMORY) -> Grades:
-    """Run the notebook at ``path`` in a fresh kernel, drive each exercise's class there, and judge it here.
-
-    ``memory``: the kernel's address-space limit, in MiB (0: none).  A cell that runs past ``timeout``
-    and ignores the interrupt for :data:`GRACE` seconds is killed with its kernel and every process below
-    it; the notebook then runs again in a fresh kernel without that cell, for the checks still to do.
-    """
+def grade(path: pathlib.Path, *, timeout: int = TIMEOUT, memory: int = MEMORY, seed: "int | None" = None,
+          sandboxed: bool = True) -> Grades:
+    """Grade the notebook at ``path``: drive each exercise's class, then run the notebook for the report, both in
+    sandboxes and within ``timeout`` seconds in all; ``memory``: MiB for all of a sandbox's processes (0: none);
+    ``seed``: the inputs' (default: drawn afresh); ``sandboxed=False`` grades without a sandbox (--no-sandbox)."""
     notebook = read_notebook(path)
     code = [cell.source for cell in notebook.cells if cell.cell_type == "code"]
     found = ownwork.inspect_notebook(code, [(exercise.class_name, exercise.method_name) for exercise in EXERCISES])
-    inputs = {exercise.key: checkers.exercise_inputs(exercise.key, SEED) for exercise in EXERCISES}
-    nonces = {exercise.key: secrets.token_hex(16) for exercise in EXERCISES}
-    start = time.perf_counter()
-    results: dict[str, CheckResult] = {}
-    killed: set[int] = set()  # the notebook's cells killed in an earlier run
-    while True:
-        pending = [exercise for exercise in EXERCISES if exercise.key not in results]
-        run = _run_started(notebook, path, timeout, memory, inputs, nonces, pending, killed)
-        student_cells = run.notebook.cells[:len(notebook.cells)]
-        for exercise, cell in zip(pending, run.notebook.cells[len(notebook.cells):]):
-            if run.killed == len(student_cells) + pending.index(exercise):
-                results[exercise.key] = CheckResult(exercise.title, False, (
-                    f"the check did not finish within {timeout} s, and ignored the interrupt for {GRACE} s more: it was "
-                    f"killed. Does {exercise.method} loop forever?"))
-            elif run.killed is None or run.killed > len(student_cells) + pending.index(exercise):
-                results[exercise.key] = _verdict(exercise, cell, student_cells, run.died and run.killed is None,
-                                                 timeout, inputs[exercise.key], nonces[exercise.key], found)
-        if run.killed is not None and run.killed < len(notebook.cells):
-            killed.add(run.killed)
-        if run.killed is None or len(killed) > MAX_KILLS:
-            break
-    for exercise in EXERCISES:  # a notebook whose cells were killed more than MAX_KILLS times
-        results.setdefault(exercise.key, CheckResult(exercise.title, False, (
-            f"not checked: the notebook's cells were killed {len(killed)} times for running past --timeout")))
-    seconds = time.perf_counter() - start
-    errors = [f"{place}: {error}" for place, _, error in _cell_errors(notebook.cells, killed, timeout)]
-    errors += [f"{place}: {error}" for place, _, error in _cell_errors(student_cells) if place not in
-               {place for place, _, _ in _cell_errors(notebook.cells, killed, timeout)}]
+    loaded = definitions.definitions(code)
+    seed = secrets.randbelow(2**31) if seed is None else seed
+    inputs = {exercise.key: checkers.exercise_inputs(exercise.key, seed) for exercise in EXERCISES}
+    start = time.monotonic()
+    with _workspace() as workspace:
+        # The exercises run side by side and take a second or two; a method that loops forever may take half
+        # of the time, so that the report can still list the cells that raised.
+        answers = _drive(workspace, loaded, inputs, start + timeout / 2, memory, sandboxed)
+        run = _run_notebook(workspace, code, start + timeout, memory, sandboxed, timeout)
+    results = [_verdict(exercise, answers[exercise.key], inputs[exercise.key], found, timeout)
+               for exercise in EXERCISES]
+    notes = run.notes + [f"The grader loaded the definitions only; it left out {place}" for place in loaded.left_out]
     refused = [checkers._one_line(str(finding)) for finding in found.notebook]
-    return Grades([results[exercise.key] for exercise in EXERCISES], errors, seconds, refused)
+    return Grades(results, seed, sandboxed, run.errors, refused, notes, time.monotonic() - start)
 
 
-
-
-def _run_started(notebook, path, timeout, memory, inputs, nonces, pending, killed):
-    """A run of the notebook (its ``killed`` cells left out) and the ``pending`` checks, in a kernel that answered."""
-    for attempt in range(1, KERNEL_STARTS + 1):
-        run = _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed)
-        if run.interrupted:
-            raise run.interrupted
-        if run.started:
-            return run
-        # The kernel never answered: not the notebook's fault.  Kernels started side by side can race for
-        # their ports, so a fresh kernel is worth another try.
-        if attempt == KERNEL_STARTS:
-            said = f"; its last words: {run.kernel_said!r}" if run.kernel_said else ""
-            raise GradingError(f"could not run a python3 Jupyter kernel ({run.error}; {KERNEL_STARTS} tries{said}); "
-                               "install one with: pip install -e '.[notebooks]'")
-    raise AssertionError("unreachable")
+# --- the sandboxes ------------------------------------------------------------------------------------
 
 
 @dataclass
-class _Run:
-    """One run of the notebook and the grader's cells in one kernel."""
+class _Workspace:
+    """The grader's folders for one notebook: the homework edition and the driver (read-only in the
+    sandboxes), and the folder of the kernel's sockets (read-write; a socket's path may not pass 107 bytes,
+    so it is in /tmp when the temporary folder's path is long)."""
 
-    notebook: Any            # the executed copy, outputs included
-    started: bool = False    # the kernel answered, and the cells began to run
-    died: bool = False       # the kernel went away before the last of the grader's cells finished
-    killed: "int | None" = None  # the index of the cell the grader killed the kernel in, if it did
-    interrupted: "BaseException | None" = None  # Ctrl-C or SIGTERM, to raise once the kernel is gone
-    error: str = ""          # why nbclient stopped early, if it did
-    kernel_said: str = ""    # the last line the kernel process wrote to its own stdout or stderr
+    root: pathlib.Path
+    kernel: pathlib.Path
+
+    @property
+    def library(self) -> pathlib.Path:
+        return self.root / "lib"
 
 
-def _run_once(notebook, path, timeout, memory, inputs, nonces, pending, killed):
-    """Run a copy of ``notebook`` (its ``killed`` cells emptied), then the grader's cell of each ``pending``
-    exercise, in a fresh python3 kernel."""
-    import nbformat
+@contextlib.contextmanager
+def _workspace() -> Iterator[_Workspace]:
+    short = len(tempfile.gettempdir()) < 60
+    with tempfile.TemporaryDirectory(prefix="sgrad-grade-") as folder, \
+            tempfile.TemporaryDirectory(prefix="sgk-", dir=None if short else "/tmp") as kernel:
+        workspace = _Workspace(pathlib.Path(folder), pathlib.Path(kernel))
+        edition.build(workspace.library)
+        shutil.copy2(driver.__file__, workspace.root / "driver.py")
+        yield workspace
 
-    source = pathlib.Path(driver.__file__).read_text()
-    run = _Run(copy.deepcopy(notebook))
-    for index in killed:
-        run.notebook.cells[index].source = "# sgrad grade left this cell out: it was killed for running past --timeout"
-    run.notebook.cells += [nbformat.v4.new_code_cell(DRIVER_CELL.format(
-        source=source, key=exercise.key, class_name=exercise.class_name,
-        inputs=json.dumps(driver.encode(inputs[exercise.key])), nonce=nonces[exercise.key]))
-        for exercise in pending]
-    token = secrets.token_hex(8)
-    scratch = tempfile.TemporaryDirectory(prefix="sgrad-grade-")
-    folder = _scratch_copy(path, pathlib.Path(scratch.name))
-    # The kernel's log level keeps its own warnings (one about TCP on every start) out of the report.
-    client = _client(run.notebook, timeout=timeout, kernel_name="python3", allow_errors=True,
-                     interrupt_on_timeout=True, extra_arguments=["--log-level=ERROR"],
-                     resources={"metadata": {"path": str(folder)}},
-                     km=_kernel_manager(kernel_name="python3", memory_bytes=memory * 2**20))
-    client.run, client.token = run, token
-    interrupted = _interruptible(client, run)
-    # What the student's code prints reaches the notebook through the kernel's messages.  The kernel
-    # process's own stdout and stderr carry only its log (at shutdown, ipykernel can log a traceback
-    # from a socket it has already closed), so they go to a file, not into the report.
-    with tempfile.TemporaryFile() as kernel_output:
+
+def _environment(sandboxed: bool) -> dict[str, str]:
+    """What a notebook's processes see of the environment: nothing of the grader's but the BLAS threads."""
+    inherited = {name: os.environ[name] for name in ONE_THREAD if name in os.environ}
+    library = LIBRARY if sandboxed else ""
+    return {**ONE_THREAD, **inherited, "SGRAD_SMOKE": "1", "SGRAD_GRADING": "1", "MPLBACKEND": "Agg",
+            "PYTHONPATH": library, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _box(workspace: _Workspace, memory: int, sandboxed: bool) -> Any:
+    """A Sandbox for one step of a notebook's grading (or, with ``sandboxed=False``, the bare hold of
+    :class:`sgrad.course.processes.Unsandboxed`)."""
+    env = _environment(sandboxed)
+    if not sandboxed:
+        return processes.Unsandboxed(memory_mib=memory, env={**env, "PYTHONPATH": str(workspace.library)})
+    return sandbox.Sandbox(memory_mib=memory, env=env, hide=sandbox.python_hidden(), ro_binds=sandbox.python_binds() + [
+        (str(workspace.library), LIBRARY), (str(workspace.root / "driver.py"), DRIVER)],
+        rw_binds=[(str(workspace.kernel), str(workspace.kernel))])
+
+
+def _driver_path(workspace: _Workspace, sandboxed: bool) -> str:
+    return DRIVER if sandboxed else str(workspace.root / "driver.py")
+
+
+_ACTIVE: list[Any] = []  # the sandboxes running now: SIGTERM and Ctrl-C kill them before anything else
+
+
+@contextlib.contextmanager
+def _active(box: Any) -> Iterator[Any]:
+    with box:
+        _ACTIVE.append(box)
         try:
-            client.execute(env={**ONE_THREAD, **os.environ, "SGRAD_SMOKE": "1", processes.MARKER: token},
-                           stdout=kernel_output, stderr=kernel_output)
-        except Exception as error:
-            # Once the cells run, nbclient stops early only when the kernel goes away: DeadKernelError when
-            # it notices the death, other errors when the death races its clean-up.
-            run.died = run.started
-            run.error = f"{type(error).__name__}: {error}".rstrip(": ")
+            yield box
         finally:
-            processes.end(token, client.kernel_pid)
-            scratch.cleanup()
-            if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):  # nbclient's clean-up left the default
-                signal.signal(signal.SIGTERM, _on_sigterm)
-        kernel_output.seek(0)
-        lines = kernel_output.read().decode(errors="replace").strip().splitlines()
-        run.kernel_said = lines[-1].strip() if lines else ""
-    # nbclient has cleaned up by now, and its exit hook would fail on a kernel already given up.  (On Ctrl-C
-    # before the kernel answered, the hook stays: it is what ends that kernel.)
-    atexit.unregister(client._cleanup_kernel)
-    if interrupted:
-        run.interrupted = Terminated() if signal.SIGTERM in interrupted else KeyboardInterrupt()
-    return run
+            _ACTIVE.remove(box)
 
 
-SCRATCH_LIMIT = 100 * 2**20  # bytes of the notebook's folder copied for its kernel; a larger folder is not copied
+# --- step 1: the exercises ------------------------------------------------------------------------------
 
 
-def _scratch_copy(path: pathlib.Path, scratch: pathlib.Path) -> pathlib.Path:
-    """A copy of the notebook's folder in ``scratch`` (of the notebook alone, if the folder holds more than
-    SCRATCH_LIMIT bytes or is not readable); returns the copy, where the kernel runs."""
-    import shutil
+@dataclass
+class _Answer:
+    """What came back from driving one exercise: its record, or why there is none."""
 
-    folder = scratch / path.parent.name
+    record: "dict[str, Any] | None" = None
+    why: str = ""
+    unstarted: str = ""  # why the driver never started: the grader's failure, not the notebook's
+
+
+def _drive(workspace, loaded, inputs, deadline, memory, sandboxed):
+    """{exercise key: _Answer}: each exercise driven by a fresh process of its own, all three at once, in one
+    sandbox, until ``deadline``."""
+    answers = {exercise.key: _Answer() for exercise in EXERCISES}
+    with _active(_box(workspace, memory, sandboxed)) as box:
+        command = box.command([sys.executable, "-I", _driver_path(workspace, sandboxed)])
+        threads = [threading.Thread(target=_drive_one, daemon=True, args=(
+            command, box, answers[exercise.key], deadline, {
+                "library": LIBRARY if sandboxed else str(workspace.library), "definitions": loaded.cells,
+                "exercise": exercise.key, "class_name": exercise.class_name,
+                "inputs": driver.encode(inputs[exercise.key])})) for exercise in EXERCISES]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.1)  # short waits, so that a signal's handler runs at once
+        unstarted = [answer.unstarted for answer in answers.values() if answer.unstarted]
+        if unstarted:
+            raise GradingError(unstarted[0])
+        oom = box.out_of_memory()
+    for answer in answers.values():
+        if answer.record is None and oom:
+            answer.why = "its process ran out of memory (--memory): does a method allocate far more than asked?"
+    return answers
+
+
+def _drive_one(command, box, answer, deadline, job):
+    """Run ``command`` (the driver), hand it ``job`` on its standard input, and read its answer into ``answer``."""
     try:
-        size = sum(entry.stat().st_size for entry in path.parent.rglob("*") if entry.is_file())
-        if size > SCRATCH_LIMIT:
-            raise OSError("too large")
-        shutil.copytree(path.parent, folder, symlinks=True, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    except OSError:
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir()
-        shutil.copy2(path, folder / path.name)
-    return folder
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   env=box.env)
+    except OSError as error:
+        answer.unstarted = f"the sandbox could not start ({error})"
+        return
+    sent = threading.Thread(target=_send, args=(process, json.dumps(job).encode()), daemon=True)
+    sent.start()
+    lines, status = _read_lines(process, deadline, ANSWER_LIMIT)
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+    errors = process.stderr.read(4096).decode(errors="replace") if process.stderr else ""
+    if not lines or lines[0] != driver.READY:  # nothing of the notebook has run yet
+        said = errors.strip().splitlines()
+        answer.unstarted = ("the grading sandbox could not start" + (f": {said[-1]}" if said else
+                            f" (exit status {process.returncode})") if status != "deadline" else
+                            "the grading sandbox did not start before --timeout ran out")
+        return
+    if len(lines) < 2:
+        answer.why = {"deadline": "the check did not finish within half of --timeout: does the method loop forever?",
+                      "limit": f"the check's answer is larger than {ANSWER_LIMIT // 1_000_000} MB: far more than asked"
+                      }.get(status, "the check's process ended before it answered: does the notebook call exit(), or "
+                                    "run out of memory?")
+        return
+    answer.record, answer.why = _record(lines[-1])
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM while grading: handled as Ctrl-C is (one line, no verdicts), with exit status 143."""
+def _send(process, data):
+    with contextlib.suppress(OSError):
+        assert process.stdin is not None
+        process.stdin.write(data)
+        process.stdin.close()
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    """SIGTERM outside a kernel's run (the loop of a run has a handler of its own, which ends its kernel)."""
-    raise Terminated
+def _read_lines(process, deadline, limit):
+    """The lines ``process`` writes to its stdout until it closes it (status "end"), ``deadline`` passes
+    ("deadline"), or more than ``limit`` bytes came ("limit")."""
+    data = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                status = "deadline"
+                break
+            if not selector.select(timeout=min(remaining, 0.5)):
+                continue
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                status = "end"
+                break
+            data += chunk
+            if len(data) > limit:
+                status = "limit"
+                break
+    lines = data.decode(errors="replace").split("\n")
+    complete = lines[:-1] if status != "end" or not lines[-1] else lines
+    return [line for line in complete if line], status
 
 
-def _kernel_manager_class() -> Any:
-    from jupyter_client.manager import AsyncKernelManager
-
-    class KernelManager_(AsyncKernelManager):
-        """A KernelManager whose kernel starts under the grader's memory limit."""
-
-        def __init__(self, *args: Any, memory_bytes: int = 0, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.memory_bytes = memory_bytes
-
-        def format_kernel_cmd(self, extra_arguments: Any = None) -> list[str]:
-            return processes.launcher_command(super().format_kernel_cmd(extra_arguments), self.memory_bytes)
-
-    return KernelManager_
-
-
-def _kernel_manager(**kwargs: Any) -> Any:
-    """A KernelManager_ (its class built on first use: jupyter_client loads late)."""
-    return _kernel_manager_class()(**kwargs)
-
-
-def _client_class() -> Any:
-    from nbclient import NotebookClient
-
-    class Client(NotebookClient):
-        """nbclient's client, whose timeout holds against a cell that ignores the interrupt: after GRACE seconds
-        more, the kernel and every process below it are killed."""
-
-        run: _Run
-        token: str
-        interrupted: list[int]
-        _interrupted_at: "float | None" = None
-
-        @property
-        def kernel_pid(self) -> "int | None":
-            return getattr(getattr(self.km, "provisioner", None), "pid", None)
-
-        async def async_execute_cell(self, cell: Any, cell_index: int, *args: Any, **kwargs: Any) -> Any:
-            self._interrupted_at, self._cell_index = None, cell_index
-            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
-
-        async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
-            if self._interrupted_at is None:
-                self._interrupted_at = time.monotonic()
-                await super()._async_handle_timeout(timeout, cell)
-            elif time.monotonic() - self._interrupted_at > GRACE and self.run.killed is None:
-                self.run.killed = self._cell_index
-                processes.end(self.token, self.kernel_pid)
-            await asyncio.sleep(0.2)
-            return None
-
-    return Client
-
-
-def _client(*args: Any, **kwargs: Any) -> Any:
-    """A Client (its class built on first use: nbclient loads late)."""
-    return _client_class()(*args, **kwargs)
-
-
-class _Interrupted(Exception):
-    """Ctrl-C while grading: ends ``client.execute`` as an ordinary error, so that nbclient shuts its kernel down."""
-
-
-def _interruptible(client: Any, run: _Run) -> list[int]:
-    """Make Ctrl-C stop ``client``'s run cleanly, and mark ``run`` started once its kernel answers; returns the
-    list that each Ctrl-C appends its signal to.
-
-    The kernel runs in a session of its own, so the terminal's Ctrl-C reaches the grader alone.  Once
-    the kernel is up, the first Ctrl-C is passed on to the kernel (as Jupyter's own interrupt does), so
-    that its running cell stops, and the next cell to start raises :class:`_Interrupted`; nbclient then
-    shuts the kernel down as after any error.  A second Ctrl-C kills the kernel at once.
-    """
-    interrupted: list[int] = []
-    client.interrupted = interrupted
-
-    def on_interrupt() -> None:
-        interrupted.append(signal.SIGINT)
-        pid = getattr(getattr(client.km, "provisioner", None), "pid", None)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT if len(interrupted) == 1 else signal.SIGKILL)
-
-    def on_terminate() -> None:
-        interrupted.append(signal.SIGTERM)
-        processes.end(client.token, client.kernel_pid)
-
-    def listen(**_: Any) -> None:
-        run.started = True
-        # nbclient removes the loop's SIGINT and SIGTERM handlers when the run ends, whoever installed them.
-        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):  # no signals here: not the main thread
-            asyncio.get_running_loop().add_signal_handler(signal.SIGINT, on_interrupt)
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, on_terminate)
-
-    def refuse_when_interrupted(**_: Any) -> None:
-        if interrupted:
-            raise _Interrupted
-
-    client.on_notebook_start = listen
-    client.on_cell_start = refuse_when_interrupted
-    return interrupted
-
-
-# --- the verdicts -------------------------------------------------------------------------------------
-
-
-def _verdict(exercise, cell, student_cells, died, timeout, inputs, nonce, found):
-    """The CheckResult of ``exercise``: the judge's on the record its grader's cell sent back (or why there is
-    none), and what the notebook's source shows."""
-    record, reason = _record(cell, nonce)
-    if record is not None and record.get("missing"):
-        reason = (f"{exercise.class_name} is not defined: keep the name of the stub's class, "
-                  "and make sure the notebook runs from the top.")
-        reason += "".join(f"\nThe cell that defines it, {place}, raised {error}"
-                          for place, source, error in _cell_errors(student_cells)
-                          if f"class {exercise.class_name}" in source)
-    elif record is None and not reason:
-        errors = [output for output in cell.get("outputs", []) if output["output_type"] == "error"]
-        if died:
-            reason = "the kernel died before this check finished: does the notebook call exit(), or run out of memory?"
-        elif errors and errors[0]["ename"] == "KeyboardInterrupt":  # nbclient interrupts a cell that times out
-            reason = f"the check did not finish within {timeout} s: does {exercise.method} loop forever?"
-        elif errors:
-            reason = (f"the check could not run: {checkers._one_line(errors[0]['ename'])}: "
-                      f"{checkers._one_line(errors[0]['evalue'])}")
-        else:
-            reason = "the check ran, but its answer never reached the grader: something in the notebook stopped it"
-    if reason:
-        answers = CheckResult(exercise.title, False, reason)
-    else:
-        answers = checkers.judge(exercise.key, inputs, record)
-        answers.name = exercise.title
-    own = [message for message in found.exercises[exercise.class_name]
-           if not (reason and "has no class statement" in message)]
-    lines = [] if answers.passed else [answers.message]
-    lines += own
-    if found.notebook:
-        lines += ["The notebook changes what the grader relies on (listed above), so no verdict can be a pass."]
-    if answers.passed and lines:
-        lines.append("Its answers on the grader's inputs match sgrad's, but the verdict cannot be a pass.")
-    if not lines:
-        return answers
-    return CheckResult(exercise.title, False, "\n".join(lines))
-
-
-RECORD_LIMIT = driver.RECORD_LIMIT
-
-
-def _record(cell, nonce):
-    """``(record, "")`` from the one display of the grader's type and ``nonce`` in ``cell``'s outputs;
-    ``(None, why)`` if that display is not what the grader sent, ``(None, "")`` if there is none."""
-    sent = [output["data"][driver.RESULT_TYPE] for output in cell.get("outputs", [])
-            if driver.RESULT_TYPE in output.get("data", {})]
-    mine = [payload for payload in sent if isinstance(payload, dict) and payload.get("nonce") == nonce]
-    if not mine:
-        return None, ("the kernel answered in a form the grader did not send: something in the notebook "
-                      "imitates the grader" if sent else "")
-    if len(mine) > 1:
-        return None, "the kernel answered this check more than once: something in the notebook imitates the grader"
-    if len(json.dumps(mine[0])) > RECORD_LIMIT:
-        return None, f"the kernel's answer is larger than {RECORD_LIMIT // 1_000_000} MB: far more than was asked"
+def _record(line):
+    """``(record, "")`` from a line of the driver's JSON; ``(None, why)`` if it is not what the driver sends."""
     try:
-        record = driver.decode(mine[0].get("record"))
+        record = driver.decode(json.loads(line))
         _check_shape(record)
-    except (ValueError, TypeError, KeyError) as error:
-        return None, f"the kernel's answer could not be read ({checkers._one_line(error)})"
+    except (ValueError, TypeError, KeyError, RecursionError) as error:
+        return None, f"the check's answer could not be read ({checkers._one_line(error)})"
     return record, ""
 
 
@@ -454,43 +352,196 @@ def _check_shape(record):
         raise ValueError("no cases")
 
 
-def _cell_errors(cells, killed=(), timeout=None):
-    """``(place, source, error)`` for each code cell that raised: "code cell 3 (`class MyLayer(Layer):`)",
-    its source, and "NameError: ...", each on one line with the notebook's own text escaped; or, given the
-    indices of the ``killed`` cells, for each of those."""
-    code_cells = [(index, cell) for index, cell in enumerate(cells) if cell.cell_type == "code"]
-    for number, (index, cell) in enumerate(code_cells, start=1):
-        first_line = next((line.strip() for line in cell.source.splitlines() if line.strip()), "")
-        if index in killed:
-            yield (f"code cell {number} (`{checkers._one_line(first_line, 60)}`)", cell.source,
-                   f"killed: it ran past --timeout {timeout} s and went on {GRACE} s after the interrupt; "
-                   "the grader ran the notebook again without it")
+# --- step 2: the notebook, for the report ---------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """What running the notebook's cells showed: the cells that raised, and notes on how the run ended."""
+
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _run_notebook(workspace, code, deadline, memory, sandboxed, timeout):
+    """Run the code cells ``code`` in order in a fresh python3 kernel in a sandbox, until ``deadline``; the grader
+    reads each cell's reply on the shell channel, never its output."""
+    run = _Run()
+    import zmq
+    from jupyter_client import KernelManager  # here: only grading needs Jupyter's client (the "notebooks" extra)
+
+    context = zmq.Context()
+    context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_LIMIT)  # a larger message is dropped, not read into memory
+    with _active(_box(workspace, memory, sandboxed)) as box:
+        manager = _kernel_manager(KernelManager, box, workspace)
+        try:
+            # The kernel's own stdout and stderr carry its banner and log, never the notebook's output.
+            manager.start_kernel(env=box.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except Exception as error:  # jupyter_client raises what Popen and the provisioner raise
+            raise GradingError(f"could not start a python3 Jupyter kernel ({checkers._one_line(error)}); "
+                               "install one with: pip install -e '.[notebooks]'") from None
+        client = manager.client(context=context)
+        client.start_channels(iopub=False, stdin=False, hb=False, control=False)
+        try:
+            if not _ready(client, manager, min(deadline, time.monotonic() + KERNEL_START)):
+                if box.out_of_memory():
+                    raise GradingError(f"the kernel ran out of memory as it started: give --memory more than {memory}")
+                if time.monotonic() < deadline:
+                    raise GradingError("the python3 Jupyter kernel did not answer; install one with: "
+                                       "pip install -e '.[notebooks]'")
+                run.notes.append(f"The notebook was not run: its kernel was not ready within --timeout {timeout} s.")
+                return run
+            for number, source in enumerate(code, start=1):
+                if not source.strip():
+                    continue
+                reply = _execute(client, manager, source, deadline)
+                place = f"code cell {number} (`{checkers._one_line(_first_line(source), 60)}`)"
+                if reply is None:
+                    ended = (f"it ran past --timeout {timeout} s" if time.monotonic() >= deadline else
+                             "the kernel ran out of memory (--memory)" if box.out_of_memory() else "the kernel died")
+                    run.notes.append(f"The notebook's run stopped in {place}: {ended}; the cells after it did not run.")
+                    break
+                if reply.get("status") == "error":
+                    run.errors.append(f"{place}: {checkers._one_line(str(reply.get('ename')), 60)}: "
+                                      f"{checkers._one_line(str(reply.get('evalue')))}")
+        finally:
+            client.stop_channels()
+            box.kill()
+            manager.cleanup_resources()
+            context.destroy(linger=0)
+    return run
+
+
+def _kernel_manager(base, box, workspace):
+    """A KernelManager whose kernel runs in ``box``, its sockets files in the workspace (no network needed)."""
+
+    class Manager(base):  # type: ignore[misc, valid-type]
+        def format_kernel_cmd(self, extra_arguments: Any = None) -> list[str]:
+            return box.command(super().format_kernel_cmd(extra_arguments))
+
+    return Manager(kernel_name="python3", transport="ipc", ip=str(workspace.kernel / "s"),
+                   connection_file=str(workspace.kernel / "kernel.json"))
+
+
+def _ready(client, manager, until):
+    """Whether the kernel answers a kernel_info request before ``until``."""
+    message_id = client.kernel_info()
+    return _reply(client, manager, message_id, until) is not None
+
+
+def _execute(client, manager, source, deadline):
+    """The content of the kernel's reply to running ``source``; None if the kernel died or ``deadline`` passed."""
+    message_id = client.execute(source, store_history=True, allow_stdin=False, stop_on_error=False)
+    return _reply(client, manager, message_id, deadline)
+
+
+def _reply(client, manager, message_id, until):
+    while time.monotonic() < until:
+        try:
+            message = client.get_shell_msg(timeout=min(0.5, max(until - time.monotonic(), 0.01)))
+        except queue.Empty:
+            if not manager.is_alive():
+                return None
             continue
-        for output in cell.get("outputs", []) if not killed else []:
-            if output["output_type"] == "error":
-                yield (f"code cell {number} (`{checkers._one_line(first_line, 60)}`)", cell.source,
-                       f"{checkers._one_line(output['ename'], 60)}: {checkers._one_line(output['evalue'])}")
+        if message.get("parent_header", {}).get("msg_id") == message_id:
+            content = message.get("content")
+            return content if isinstance(content, dict) else {}
+    return None
+
+
+def _first_line(source: str) -> str:
+    return next((line.strip() for line in source.splitlines() if line.strip()), "")
+
+
+# --- the verdicts -------------------------------------------------------------------------------------
+
+
+def _verdict(exercise, answer, inputs, found, timeout):
+    """The CheckResult of ``exercise``: the judge's on the record its driver sent back (or why there is none),
+    and what the notebook's source shows."""
+    record, reason = answer.record, answer.why.replace("--timeout", f"--timeout {timeout} s")
+    if record is not None and record.get("missing"):
+        reason = (f"{exercise.class_name} is not defined: keep the name of the stub's class, "
+                  "and make sure the notebook runs from the top.")
+        reason += "".join(f"\nLoading the notebook's definitions, {error}" for error in record.get("errors", []))
+    if reason:
+        answers = CheckResult(exercise.title, False, reason)
+    else:
+        answers = checkers.judge(exercise.key, inputs, record)
+        answers.name = exercise.title
+    own = [message for message in found.exercises[exercise.class_name]
+           if not (record is not None and record.get("missing") and "has no class statement" in message)]
+    lines = [] if answers.passed else [answers.message]
+    lines += own
+    if found.notebook:
+        lines += ["The notebook changes what the grader relies on (listed above), so no verdict can be a pass."]
+    if answers.passed and lines:
+        lines.append("Its answers on the grader's inputs match sgrad's, but the verdict cannot be a pass.")
+    if not lines:
+        return answers
+    return CheckResult(exercise.title, False, "\n".join(lines))
 
 
 # --- one notebook, from the command line -------------------------------------------------------------
 
 
-def run_one(notebook: pathlib.Path, *, timeout: int, memory: int, record: "pathlib.Path | None" = None) -> int:
+def check_memory(memory: int, sandboxed: bool) -> None:
+    """GradingError unless ``memory`` MiB (0: no limit) is enough for the homework to run, as the limit is kept here:
+    by a cgroup for all of a sandbox's processes, or by an address-space limit on each process (no cgroup could
+    be made, or ``--no-sandbox``), which counts memory a process reserves but never uses."""
+    if memory == 0:
+        return
+    if sandboxed:
+        with sandbox.Sandbox(memory_mib=memory, env={}) as box:
+            how = box.memory_limited
+    else:
+        how = "per process (RLIMIT_AS)"
+    least = MIN_MEMORY if how.startswith("cgroup") else MIN_ADDRESS_SPACE
+    if memory < least:
+        raise GradingError(f"--memory {memory} MiB is too small for a kernel to start where the limit is kept {how}: "
+                           f"give at least {least} (or 0 for no limit)")
+
+
+def check_sandbox(sandboxed: bool) -> None:
+    """GradingError, in one line, if a sandbox is asked for and none can be made here."""
+    if sandboxed:
+        try:
+            sandbox.check_available()
+        except sandbox.SandboxUnavailable as error:
+            raise GradingError(f"{error}; to grade without a sandbox, on notebooks you trust, pass --no-sandbox") \
+                from None
+
+
+def run_one(notebook: pathlib.Path, *, timeout: int, memory: int, seed: "int | None" = None, sandboxed: bool = True,
+            record: "pathlib.Path | None" = None) -> int:
     """``sgrad grade NOTEBOOK``: grade it, print the report, return the exit status (0, 1 or 2); ``record``: a
-    file to write the verdicts to, as JSON.  Every process the notebook started has ended on return."""
+    file to write the verdicts to, as JSON.  Every process the notebook started has ended on return, on
+    Ctrl-C (KeyboardInterrupt) and on SIGTERM (:class:`Terminated`) alike."""
     processes.become_subreaper()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        grades = grade(notebook, timeout=timeout, memory=memory)
+        check_sandbox(sandboxed)
+        check_memory(memory, sandboxed)
+        grades = grade(notebook, timeout=timeout, memory=memory, seed=seed, sandboxed=sandboxed)
     except GradingError as error:
         print(f"sgrad grade: error: {error}", file=sys.stderr)
         return 2
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         processes.end_orphans()
+    if not sandboxed:
+        print(f"sgrad grade: warning: {NO_SANDBOX}", file=sys.stderr)
     print(f"Grading {notebook}")
     print(grades)
     if record is not None:
-        record.write_text(json.dumps({"exercises": [
+        record.write_text(json.dumps({"seed": grades.seed, "sandboxed": grades.sandboxed, "exercises": [
             {"title": result.name, "passed": result.passed, "message": result.message} for result in grades.results]}))
     return 0 if grades.passed else 1
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    """Ctrl-C or SIGTERM while grading: kill every sandbox at once, then unwind with one line and no verdicts."""
+    for box in list(_ACTIVE):
+        box.kill()
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt

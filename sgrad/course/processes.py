@@ -1,30 +1,62 @@
-"""The grader's hold on the processes a notebook starts: a memory limit for each kernel, and an end for all of them.
+"""The grader's hold on the processes of a notebook graded without a sandbox (``--no-sandbox``), and its own end.
 
-Each kernel starts through :data:`LAUNCHER`, which sets its address-space limit (``RLIMIT_AS``) and
-then becomes the kernel (``exec``, same pid): an allocation past the limit raises MemoryError in the
-cell that made it.  Each kernel's environment carries ``SGRAD_GRADING=<token>``, a token per notebook,
-which every process it starts inherits unless it clears its environment.  The grader makes itself a
-*child subreaper* (Linux), so that a process the notebook detached (``start_new_session=True``, a
-double fork) becomes the grader's child when its parent ends, rather than init's.  :func:`end` kills
-what carries a token, and :func:`end_orphans` kills every child of the grader that is not a kernel in
-use: together they end every process a notebook started.  Linux only (it reads /proc); elsewhere
-these do nothing beyond what the kernel's own shutdown does.
+:class:`Unsandboxed` offers what :class:`sgrad.course.sandbox.Sandbox` offers, as far as a plain process
+can: each process starts through :data:`LAUNCHER`, which sets its address-space limit (``RLIMIT_AS``:
+per process, not for all together), moves to a private HOME, and then becomes the command (``exec``,
+same pid).  Each process's environment carries ``SGRAD_HELD=<token>``, a token per hold, which every
+process it starts inherits unless it clears its environment; :meth:`Unsandboxed.kill` kills what
+carries the token.  Nothing stops such a process from reading or changing what this user can.
+
+Either way, the grader makes itself a *child subreaper* (Linux), so that a process detached from its
+parent becomes the grader's child when that parent ends, rather than init's, and :func:`end_orphans`
+kills every child of the grader on its way out.  Linux only (it reads /proc); elsewhere these do
+nothing beyond what each process's own end does.
 """
 
 import contextlib
 import os
+import secrets
+import shutil
 import signal
 import sys
+import tempfile
+from typing import Any
 
-MARKER = "SGRAD_GRADING"
+MARKER = "SGRAD_HELD"
 LAUNCHER = ("import os, resource, sys; limit = int(sys.argv[1]); "
-            "limit and resource.setrlimit(resource.RLIMIT_AS, (limit, limit)); os.execvp(sys.argv[2], sys.argv[2:])")
+            "limit and resource.setrlimit(resource.RLIMIT_AS, (limit, limit)); os.chdir(sys.argv[2]); "
+            "os.execvp(sys.argv[3], sys.argv[3:])")
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def launcher_command(command: list[str], memory_bytes: int) -> list[str]:
-    """``command`` (a kernel's), started under an address-space limit of ``memory_bytes`` (0: none)."""
-    return [sys.executable, "-c", LAUNCHER, str(memory_bytes), *command]
+class Unsandboxed:
+    """The processes of one step of a grading, without a sandbox: a private HOME (a temporary folder), an
+    address-space limit per process, and an end for all of them.  A context manager, as a Sandbox is."""
+
+    def __init__(self, *, memory_mib: int, env: dict[str, str]) -> None:
+        self.memory_mib = memory_mib
+        self.token = secrets.token_hex(8)
+        self.home = tempfile.mkdtemp(prefix="sgrad-home-")
+        self.env = {**os.environ, **env, "HOME": self.home, MARKER: self.token}
+
+    def __enter__(self) -> "Unsandboxed":
+        return self
+
+    def __exit__(self, *exception: Any) -> None:
+        self.kill()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    def command(self, argv: list[str]) -> list[str]:
+        """``argv``, started in the private HOME under the address-space limit."""
+        return [sys.executable, "-c", LAUNCHER, str(self.memory_mib * 2**20), self.home, *argv]
+
+    def kill(self) -> None:
+        """Kill every process that carries this hold's token."""
+        kill(marked(self.token))
+
+    def out_of_memory(self) -> bool:
+        """Unknown without a sandbox: a process past its limit raises MemoryError, as the report shows."""
+        return False
 
 
 def become_subreaper() -> bool:
@@ -86,15 +118,9 @@ def kill(pids: list[int]) -> None:
             os.waitpid(pid, 0)
 
 
-def end(token: str, kernel_pid: "int | None" = None) -> None:
-    """Kill the kernel ``kernel_pid``, everything below it, and every process that carries ``token``."""
-    pids = [] if kernel_pid is None else [kernel_pid, *descendants(kernel_pid)]
-    kill(pids + [pid for pid in marked(token) if pid not in pids])
-
-
-def end_orphans(keep: "set[int]" = frozenset()) -> None:  # type: ignore[assignment]
-    """Kill every child of this process but ``keep`` (the kernels in use), and what is below each."""
-    doomed = [pid for pid in children(os.getpid()) if pid not in keep]
+def end_orphans() -> None:
+    """Kill every child of this process, and what is below each."""
+    doomed = children(os.getpid())
     kill([pid for child in doomed for pid in (child, *descendants(child))])
 
 

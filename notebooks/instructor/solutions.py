@@ -1,9 +1,12 @@
 """A correct answer to each exercise of notebooks/07_homework.ipynb, as the cell a student would hand in.
 
 ``MY_LAYER``, ``MY_DNI`` and ``MY_FULL_DNI`` are the stub cells of the notebook, filled in with arrays
-as the homework asks.  The tests plant mistakes in them (tests/test_checks.py: the checkers must name
-each one; tests/test_grading.py: copies of the notebook holding them, graded by ``sgrad grade``).
-A planted mistake is an edit ``(old, new)``: every ``old`` text of the answer replaced by ``new``::
+as the homework asks.  They live here, in the repository's instructor folder, and not in the package:
+an installed sgrad (a wheel holds sgrad/ and data_gen/ alone) has no answer to hand out.  The tests put
+this folder on sys.path (tests/conftest.py) and plant mistakes in the answers (tests/test_checks.py: the
+checkers must name each one; tests/test_grading.py: copies of the notebook holding them, graded by
+``sgrad grade``); :mod:`sgrad.course.autograder` reads them as text for the Otter-Grader notebook beside
+this file.  A planted mistake is an edit ``(old, new)``: every ``old`` text of the answer replaced by ``new``::
 
     wrong = planted(MY_LAYER, ("self.nonlin_deriv(self.output)", "1"))   # the class, defined
     print(check_layer_backward(wrong))
@@ -14,8 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dni import DNI
-from ..layers import Layer
+from sgrad import DNI, Layer
 
 MY_LAYER = """\
 class MyLayer(Layer):
