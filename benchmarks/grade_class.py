@@ -24,9 +24,9 @@ import time
 import nbformat
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "instructor"))
-from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited  # noqa: E402  (the instructor's answers)
+from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited  # the instructor's answers, in the clone
 
-from machine import describe  # noqa: E402
+from machine import describe
 
 NOTEBOOK = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "07_homework.ipynb"
 CORRECT = {"MyLayer": MY_LAYER, "MyDNI": MY_DNI, "MyFullDNI": MY_FULL_DNI}
