@@ -6,23 +6,25 @@ Build it from the checkout's root, warnings as errors:
     .venv/bin/sphinx-build -W --keep-going -c docs . docs/_build/html
 
 The source folder is the checkout's root, so that the chapters are the notebooks in ``notebooks/`` as they
-are committed (without outputs); ``include_patterns`` keeps everything else out. The notebooks are executed
-at build time with ``SGRAD_SMOKE=1`` (small sizes: the whole build took 112 s in CI) unless the environment already
-sets ``SGRAD_SMOKE`` (``SGRAD_SMOKE=0`` gives the full-size outputs).
+are committed (without outputs); ``include_patterns`` keeps everything else out. The build runs no notebook: each
+chapter shows the outputs of one full-size run of its notebook, stored in ``docs/chapters/`` by
+``docs/chapters.py`` (which says how to run it), merged in code cell by code cell as the chapter is read. A chapter
+whose code changed since its stored run fails the build.
 """
 
+import json
 import os
 import re
+import sys
 
-os.environ.setdefault("SGRAD_SMOKE", "1")
-SMOKE = os.environ["SGRAD_SMOKE"] == "1"
+from sphinx.util import logging
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chapters  # docs/chapters.py
+
 OUTPUTS = (
-    "The outputs on these pages come from executing each notebook when the site was built, with the smoke flag"
-    " `SGRAD_SMOKE=1` (every size shrunk, so the whole course runs in a minute or two): the curves are short and"
-    " the numbers small-sample. Run a notebook yourself, or build the site with `SGRAD_SMOKE=0`, for the full"
-    " size." if SMOKE else
-    "The outputs on these pages come from executing each notebook at full size (`SGRAD_SMOKE=0`) when the site"
-    " was built."
+    "The outputs on these pages come from one run of each notebook at full size (`SGRAD_SMOKE=0`), stored in"
+    " `docs/chapters/` by `docs/chapters.py`."
 )
 
 project = "sgrad"
@@ -37,11 +39,10 @@ exclude_patterns = [".venv", ".git", "docs/_build", "results", "**/.ipynb_checkp
 # the pages at that copy, so that no page loads anything from outside.
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax", "sphinx-mathjax-offline"]
 
-# Notebooks: run at build time in a fresh kernel each, a failing cell fails the build.
-nb_execution_mode = "force"
-nb_execution_timeout = 900
-nb_execution_raise_on_error = True
-nb_execution_show_tb = True
+# Notebooks: never run here; their outputs come from docs/chapters/ (chapter_outputs, below). A Markdown output
+# (a results table) is read as MyST, like the pages.
+nb_execution_mode = "off"
+nb_render_markdown_format = "myst"
 myst_enable_extensions = ["dollarmath", "amsmath", "substitution"]
 myst_substitutions = {"outputs": OUTPUTS}
 myst_heading_anchors = 3
@@ -89,5 +90,29 @@ html_context = {"default_mode": "light"}  # the theme reads it; without it a fre
 
 
 
+def chapter_outputs(app, docname, source):
+    """A chapter (a notebook of notebooks/) as read: its cells as committed, with the outputs of its stored run."""
+    if not docname.startswith("notebooks/"):
+        return
+    stored = chapters.stored_path(docname.split("/", 1)[1])
+    app.env.note_dependency(str(stored))
+    try:
+        source[0] = chapters.with_outputs(source[0], stored)
+    except ValueError as stale:
+        logging.getLogger(__name__).warning(f"{docname}: {stale}", location=docname)
+
+
+def outputs_stamp(app, pagename, templatename, context, doctree):
+    """A chapter whose outputs are its notebook's full-size run says so in a meta tag (the site's tests look)."""
+    if pagename.startswith("notebooks/"):
+        stem = pagename.split("/", 1)[1]
+        notebook = json.loads((chapters.NOTEBOOKS / f"{stem}.ipynb").read_text())
+        stored = chapters.stored_path(stem)
+        if stored.exists() and chapters.why_stale(notebook, json.loads(stored.read_text())) is None:
+            context["metatags"] = context.get("metatags", "") + '\n<meta name="sgrad-outputs" content="full size">'
+
+
 def setup(app):
+    app.connect("source-read", chapter_outputs)
+    app.connect("html-page-context", outputs_stamp)
     app.connect("autodoc-process-docstring", argument_lists_as_definitions)
