@@ -82,8 +82,11 @@ def argument_lists_as_definitions(app, what, name, obj, options, lines):
 
 html_theme = "sphinx_book_theme"
 html_title = "sgrad: synthetic gradients in NumPy"
-html_theme_options = {"show_toc_level": 2, "use_download_button": False, "use_fullscreen_button": False}
+# No search button in a header bar above the page: the sidebar has the site's one search field.
+html_theme_options = {"show_toc_level": 2, "use_download_button": False, "use_fullscreen_button": False,
+                      "navbar_persistent": []}
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_favicon = "_static/favicon.svg"
 html_extra_path = ["_root"]
 html_context = {"default_mode": "light"}  # the theme reads it; without it a fresh browser logs an error
