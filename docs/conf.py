@@ -17,7 +17,9 @@ import os
 import re
 import sys
 
+from numpy.typing import ArrayLike, DTypeLike
 from sphinx.util import logging
+from sphinx.util.typing import stringify_annotation
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chapters  # docs/chapters.py
@@ -47,10 +49,17 @@ myst_enable_extensions = ["dollarmath", "amsmath", "substitution"]
 myst_substitutions = {"outputs": OUTPUTS}
 myst_heading_anchors = 3
 
-# The API reference: the docstrings, in source order.
+# The API reference: the docstrings, in source order. A class lists its bases and every method it has, its
+# bases' too (a student who subclasses Layer or DNI finds every method to call or override under it), except
+# what every module shares (sgrad.module.Module's, documented once there) and what Python's own types give
+# (tuple's count, an exception's args). Types and defaults are in the signatures, as written in the source, one
+# parameter a line once a signature is long; the docstrings describe.
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
-autodoc_default_options = {"members": True}
+autodoc_default_options = {"members": True, "show-inheritance": True,
+                           "inherited-members": "Module,object,tuple,dict,Exception,BaseException"}
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+maximum_signature_line_length = 100
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_ivar = True  # "Attributes" sections as fields, so a property is not described twice
@@ -93,6 +102,29 @@ html_context = {"default_mode": "light"}  # the theme reads it; without it a fre
 
 
 
+# numpy.typing's ArrayLike and DTypeLike are unions of many types; a signature names them instead of spelling
+# every member out.
+TYPE_ALIASES = {stringify_annotation(alias, "smart"): f"~numpy.typing.{name}"
+                for name, alias in (("ArrayLike", ArrayLike), ("DTypeLike", DTypeLike))}
+
+
+def short_type_aliases(app, what, name, obj, options, signature, return_annotation):
+    if not signature and not return_annotation:
+        return None
+    for spelled_out, alias in TYPE_ALIASES.items():
+        signature = signature and signature.replace(spelled_out, alias)
+        return_annotation = return_annotation and return_annotation.replace(spelled_out, alias)
+    return signature, return_annotation
+
+
+def no_docstring_of_a_builtin_type(app, what, name, obj, options, lines):
+    """A module's constant (``__version__``) has no docstring of its own: autodoc must not show its type's (str's)."""
+    own = type(obj).__doc__ if type(obj).__module__ == "builtins" else None
+    if what in ("data", "attribute") and isinstance(own, str) and lines \
+            and lines[0].strip() == own.strip().splitlines()[0].strip():
+        lines.clear()
+
+
 def chapter_outputs(app, docname, source):
     """A chapter (a notebook of notebooks/) as read: its cells as committed, with the outputs of its stored run."""
     if not docname.startswith("notebooks/"):
@@ -118,4 +150,6 @@ def outputs_stamp(app, pagename, templatename, context, doctree):
 def setup(app):
     app.connect("source-read", chapter_outputs)
     app.connect("html-page-context", outputs_stamp)
+    app.connect("autodoc-process-docstring", no_docstring_of_a_builtin_type)
     app.connect("autodoc-process-docstring", argument_lists_as_definitions)
+    app.connect("autodoc-process-signature", short_type_aliases)
