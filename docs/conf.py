@@ -101,7 +101,6 @@ html_extra_path = ["_root"]
 html_context = {"default_mode": "light"}  # the theme reads it; without it a fresh browser logs an error
 
 
-
 # numpy.typing's ArrayLike and DTypeLike are unions of many types; a signature names them instead of spelling
 # every member out.
 TYPE_ALIASES = {stringify_annotation(alias, "smart"): f"~numpy.typing.{name}"

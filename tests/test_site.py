@@ -123,6 +123,21 @@ def test_every_chapter_has_a_stored_full_size_run_of_its_code_as_committed(path)
     assert run["metadata"]["sgrad"]["seconds"] > 0
 
 
+def test_a_chapter_whose_code_changed_since_its_stored_run_is_refused_with_the_command_that_stores_it_again():
+    chapters = stored_runs()
+    path = NOTEBOOKS[0]
+    notebook = json.loads(path.read_text())
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    code[1]["source"] = ["print('an edit')\n", *code[1]["source"]]
+    stored = json.loads(chapters.stored_path(path.stem).read_text())
+    assert chapters.why_stale(notebook, stored) == "code cell 2 differs from the one that ran"
+    with pytest.raises(ValueError, match=rf"code cell 2 differs .*python docs/chapters.py {path.stem[:2]}"):
+        chapters.with_outputs(json.dumps(notebook), chapters.stored_path(path.stem))
+    markdown_only = json.loads(path.read_text())
+    markdown_only["cells"][0]["source"] = ["# an edited title\n"]
+    assert chapters.why_stale(markdown_only, stored) is None, "a Markdown edit needs no new run"
+
+
 def test_the_stored_runs_are_small_and_hold_no_widget_state():
     stored = sorted((REPO / "docs" / "chapters").glob("*.ipynb"))
     assert [p.stem for p in stored] == [p.stem for p in NOTEBOOKS]
