@@ -6,23 +6,27 @@ Build it from the checkout's root, warnings as errors:
     .venv/bin/sphinx-build -W --keep-going -c docs . docs/_build/html
 
 The source folder is the checkout's root, so that the chapters are the notebooks in ``notebooks/`` as they
-are committed (without outputs); ``include_patterns`` keeps everything else out. The notebooks are executed
-at build time with ``SGRAD_SMOKE=1`` (small sizes: the whole build took 112 s in CI) unless the environment already
-sets ``SGRAD_SMOKE`` (``SGRAD_SMOKE=0`` gives the full-size outputs).
+are committed (without outputs); ``include_patterns`` keeps everything else out. The build runs no notebook: each
+chapter shows the outputs of one full-size run of its notebook, stored in ``docs/chapters/`` by
+``docs/chapters.py`` (which says how to run it), merged in code cell by code cell as the chapter is read. A chapter
+whose code changed since its stored run fails the build.
 """
 
+import json
 import os
 import re
+import sys
 
-os.environ.setdefault("SGRAD_SMOKE", "1")
-SMOKE = os.environ["SGRAD_SMOKE"] == "1"
+from numpy.typing import ArrayLike, DTypeLike
+from sphinx.util import logging
+from sphinx.util.typing import stringify_annotation
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chapters  # docs/chapters.py
+
 OUTPUTS = (
-    "The outputs on these pages come from executing each notebook when the site was built, with the smoke flag"
-    " `SGRAD_SMOKE=1` (every size shrunk, so the whole course runs in a minute or two): the curves are short and"
-    " the numbers small-sample. Run a notebook yourself, or build the site with `SGRAD_SMOKE=0`, for the full"
-    " size." if SMOKE else
-    "The outputs on these pages come from executing each notebook at full size (`SGRAD_SMOKE=0`) when the site"
-    " was built."
+    "The outputs on these pages come from one run of each notebook at full size (`SGRAD_SMOKE=0`), stored in"
+    " `docs/chapters/` by `docs/chapters.py`."
 )
 
 project = "sgrad"
@@ -37,19 +41,25 @@ exclude_patterns = [".venv", ".git", "docs/_build", "results", "**/.ipynb_checkp
 # the pages at that copy, so that no page loads anything from outside.
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.mathjax", "sphinx-mathjax-offline"]
 
-# Notebooks: run at build time in a fresh kernel each, a failing cell fails the build.
-nb_execution_mode = "force"
-nb_execution_timeout = 900
-nb_execution_raise_on_error = True
-nb_execution_show_tb = True
+# Notebooks: never run here; their outputs come from docs/chapters/ (chapter_outputs, below). A Markdown output
+# (a results table) is read as MyST, like the pages.
+nb_execution_mode = "off"
+nb_render_markdown_format = "myst"
 myst_enable_extensions = ["dollarmath", "amsmath", "substitution"]
 myst_substitutions = {"outputs": OUTPUTS}
 myst_heading_anchors = 3
 
-# The API reference: the docstrings, in source order.
+# The API reference: the docstrings, in source order. A class lists its bases and every method it has, its
+# bases' too (a student who subclasses Layer or DNI finds every method to call or override under it), except
+# what every module shares (sgrad.module.Module's, documented once there) and what Python's own types give
+# (tuple's count, an exception's args). Types and defaults are in the signatures, as written in the source, one
+# parameter a line once a signature is long; the docstrings describe.
 autodoc_member_order = "bysource"
-autodoc_typehints = "description"
-autodoc_default_options = {"members": True}
+autodoc_default_options = {"members": True, "show-inheritance": True,
+                           "inherited-members": "Module,object,tuple,dict,Exception,BaseException"}
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+maximum_signature_line_length = 100
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_ivar = True  # "Attributes" sections as fields, so a property is not described twice
@@ -81,13 +91,64 @@ def argument_lists_as_definitions(app, what, name, obj, options, lines):
 
 html_theme = "sphinx_book_theme"
 html_title = "sgrad: synthetic gradients in NumPy"
-html_theme_options = {"show_toc_level": 2, "use_download_button": False, "use_fullscreen_button": False}
+# No search button in a header bar above the page: the sidebar has the site's one search field.
+html_theme_options = {"show_toc_level": 2, "use_download_button": False, "use_fullscreen_button": False,
+                      "navbar_persistent": []}
 html_static_path = ["_static"]
+html_css_files = ["custom.css"]
 html_favicon = "_static/favicon.svg"
 html_extra_path = ["_root"]
 html_context = {"default_mode": "light"}  # the theme reads it; without it a fresh browser logs an error
 
 
+# numpy.typing's ArrayLike and DTypeLike are unions of many types; a signature names them instead of spelling
+# every member out.
+TYPE_ALIASES = {stringify_annotation(alias, "smart"): f"~numpy.typing.{name}"
+                for name, alias in (("ArrayLike", ArrayLike), ("DTypeLike", DTypeLike))}
+
+
+def short_type_aliases(app, what, name, obj, options, signature, return_annotation):
+    if not signature and not return_annotation:
+        return None
+    for spelled_out, alias in TYPE_ALIASES.items():
+        signature = signature and signature.replace(spelled_out, alias)
+        return_annotation = return_annotation and return_annotation.replace(spelled_out, alias)
+    return signature, return_annotation
+
+
+def no_docstring_of_a_builtin_type(app, what, name, obj, options, lines):
+    """A module's constant (``__version__``) has no docstring of its own: autodoc must not show its type's (str's)."""
+    own = type(obj).__doc__ if type(obj).__module__ == "builtins" else None
+    if what in ("data", "attribute") and isinstance(own, str) and lines \
+            and lines[0].strip() == own.strip().splitlines()[0].strip():
+        lines.clear()
+
+
+def chapter_outputs(app, docname, source):
+    """A chapter (a notebook of notebooks/) as read: its cells as committed, with the outputs of its stored run."""
+    if not docname.startswith("notebooks/"):
+        return
+    stored = chapters.stored_path(docname.split("/", 1)[1])
+    app.env.note_dependency(str(stored))
+    try:
+        source[0] = chapters.with_outputs(source[0], stored)
+    except ValueError as stale:
+        logging.getLogger(__name__).warning(f"{docname}: {stale}", location=docname)
+
+
+def outputs_stamp(app, pagename, templatename, context, doctree):
+    """A chapter whose outputs are its notebook's full-size run says so in a meta tag (the site's tests look)."""
+    if pagename.startswith("notebooks/"):
+        stem = pagename.split("/", 1)[1]
+        notebook = json.loads((chapters.NOTEBOOKS / f"{stem}.ipynb").read_text())
+        stored = chapters.stored_path(stem)
+        if stored.exists() and chapters.why_stale(notebook, json.loads(stored.read_text())) is None:
+            context["metatags"] = context.get("metatags", "") + '\n<meta name="sgrad-outputs" content="full size">'
+
 
 def setup(app):
+    app.connect("source-read", chapter_outputs)
+    app.connect("html-page-context", outputs_stamp)
+    app.connect("autodoc-process-docstring", no_docstring_of_a_builtin_type)
     app.connect("autodoc-process-docstring", argument_lists_as_definitions)
+    app.connect("autodoc-process-signature", short_type_aliases)

@@ -55,9 +55,9 @@ def estimate_gradient(f: Callable[[np.ndarray], ArrayLike], x: np.ndarray, *, nu
     queries_used : int
         ``batch * (num_directions + 1)``, the number of rows ``f`` scored.
 
-    Bias and variance
-    -----------------
-    Since ``E[d u uᵀ] = I`` for u uniform on the sphere, the ``d / m`` scaling
+    Notes
+    -----
+    Bias and variance: since ``E[d u uᵀ] = I`` for u uniform on the sphere, the ``d / m`` scaling
     makes the estimate unbiased for a linear ``f``.  Its squared error is then
     ``E|ĝ_i - g_i|² = (d - 1) / m * |g_i|²``: it falls like ``1/sqrt(m)``, and
     once ``m`` is of the order of ``d`` or more the cosine between ĝ_i and

@@ -72,7 +72,9 @@ class Conv2d(WeightsAndBias):
     in_channels, out_channels : int
         Channels of the input (batch, in_channels, height, width) and of the output z (batch, out_channels, H_out, W_out).
     kernel_size : int or (k_h, k_w)
-    stride : int >= 1, padding : int >= 0
+    stride : int >= 1
+        The same along both axes.
+    padding : int >= 0
         The same along both axes.
     bias : bool
         Whether there is a bias b (default True; a conv block with batch norm has none: beta plays its part).
@@ -85,9 +87,11 @@ class Conv2d(WeightsAndBias):
     ----------
     weights : (out_channels, in_channels, k_h, k_w) array, W
     bias : (out_channels,) array, or None
-    input, output : the last forward pass's x and z
+    input : the last forward pass's x
+    output : the last forward pass's z
     columns : (batch H_out W_out, k_h k_w in_channels), the im2col matrix of the last input
-    weights_grad, bias_grad : dL/dW and dL/db from the last backward
+    weights_grad : dL/dW from the last backward
+    bias_grad : dL/db from the last backward
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], *, stride: int = 1,

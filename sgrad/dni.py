@@ -165,10 +165,11 @@ class DecoupledModule(Module):
 class DNI(DecoupledModule, Layer):
     """A :class:`~sgrad.Layer` decoupled by a synthetic-gradient generator.
 
-    The blog's call works as written: ``DNI(16, 128, sigmoid, sigmoid_out2deriv, alpha=0.1)``.
+    The blog's call works as written: ``DNI(16, 128, sigmoid, sigmoid_out2deriv, alpha=0.1)``. It takes
+    :class:`~sgrad.Layer`'s parameters and has its attributes, and these:
 
-    Parameters beyond :class:`~sgrad.Layer`'s
-    -----------------------------------------
+    Parameters
+    ----------
     alpha : float
         Learning rate of the layer's own update (default 0.1, the blog's).
     condition_dim : int
@@ -183,8 +184,8 @@ class DNI(DecoupledModule, Layer):
     generator_update_rule : str or UpdateRule, optional
         Update rule of the default generator (default: the layer's).
 
-    Attributes (beyond :class:`~sgrad.Layer`'s)
-    -------------------------------------------
+    Attributes
+    ----------
     synthetic_gradient : (batch, output_dim) array, ĝ from the last step
     generator : the synthetic-gradient model M
     """

@@ -86,7 +86,7 @@ class BPLambda(BoundaryTargets):
     2. ε_k = δ_k + λ (1 - γ) M(s_{k+1}) J_k - M(s_k)  (δ_k - M(s_k) at the batch's last window);
     3. M's parameters step with -(1/batch) Σ ε_k · e_k.
 
-    λ = 0 is the one-window method; offline it is :class:`~sgrad.boundary_targets.LambdaReturn`(λ).  M needs
+    λ = 0 is the one-window method; offline it is :class:`LambdaReturn(λ) <sgrad.boundary_targets.LambdaReturn>`.  M needs
     ``parameter_jacobians(h)`` and ``apply_gradients(gradients, alpha)`` (:class:`~sgrad.LinearGenerator`).
     Returns, per boundary, M's one-window regression loss ``1/(2 batch) |M(s_k) - δ_k|²``, for comparison.
     """

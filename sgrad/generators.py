@@ -291,7 +291,7 @@ class ConvGenerator(Generator):
 
     Hidden Conv→(BatchNorm)→ReLU blocks of ``hidden`` channels (default two of 32), then a
     zero-initialised convolution to ``channels`` outputs, so that ĝ = 0 at the start; every
-    kernel is ``kernel_size``×``kernel_size`` (odd) and padded to keep the maps' size.  A
+    kernel is ``kernel_size × kernel_size`` (odd) and padded to keep the maps' size.  A
     conditioned generator (cDNI) broadcasts c: (batch, condition_dim), e.g. the one-hot
     labels, over the maps as ``condition_dim`` extra input channels, each constant over
     its map.  ``output_dim`` is ``channels``, so it matches a conv block's ``output_dim``.

@@ -45,9 +45,11 @@ class Layer(WeightsAndBias):
     ----------
     weights : (input_dim, output_dim) array
     bias : (output_dim,) array, or None
-    input, output : the last forward pass's input (batch, input_dim) and output h (batch, output_dim)
+    input : (batch, input_dim), the last forward pass's input
+    output : (batch, output_dim), the last forward pass's output h
     weight_output_delta : (batch, output_dim), dL/dz from the last backward, z the pre-activation
-    weights_grad, bias_grad : dL/dweights and dL/dbias from the last backward
+    weights_grad : dL/dweights from the last backward
+    bias_grad : dL/dbias from the last backward
     """
 
     def __init__(self, input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray],

@@ -56,10 +56,12 @@ def plot_comparison(histories: Mapping[str, Mapping[str, Any]], path: str | os.P
 PAPER_COLORS = dict(COLORS, **{"synthetic-loss": "tab:red"})
 
 
-def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str | os.PathLike[str] | None = None) -> Figure:
+def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str | os.PathLike[str] | None = None, *,
+               dataset: str = "MNIST") -> Figure:
     """Test accuracy against iterations, one panel per depth, one line per method.
 
     results: ``{(method, depth): history}`` from :func:`sgrad.experiments.mnist.run_grid`.
+    dataset: what the panels' titles say the networks learned (a stand-in must not be called MNIST).
     Saves a PNG to ``path`` if given; returns the figure.
     """
     depths = sorted({d for _, d in results})
@@ -73,7 +75,7 @@ def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str |
             label = method + (" (diverged)" if history.get("diverged") else "")
             ax.plot(history["iteration"], 100 * np.asarray(history["test_accuracy"]),
                     color=PAPER_COLORS.get(method), label=label)
-        ax.set(title=f"MNIST, {depth} layers", xlabel="iteration")
+        ax.set(title=f"{dataset}, {depth} layers", xlabel="iteration")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("test accuracy (%)")
     axes[0].legend(fontsize="small", loc="lower right")

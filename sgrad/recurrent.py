@@ -98,7 +98,9 @@ class Recurrent(OwnParameters):
     hidden_states : (batch, time + 1, hidden_dim), h_0 (the state's h) to h_T from the last forward pass
     outputs : (batch, time, hidden_dim), h_1 to h_T (a view of hidden_states), as forward returned them
     last_state : (batch, state_dim), the state after the last step, as forward returned it
-    weights_x_grad, weights_h_grad, bias_grad : the gradients from the last backward, summed over the steps
+    weights_x_grad : dL/dW_x from the last backward, summed over the steps
+    weights_h_grad : dL/dW_h from the last backward, summed over the steps
+    bias_grad : dL/db from the last backward, summed over the steps
     """
 
     gates = 1
@@ -269,10 +271,10 @@ class LSTM(Recurrent):
     Parameters as :class:`RNN`'s, plus ``forget_bias`` (default 1.0): the starting
     bias of the forget gate, so that c is carried along at first rather than forgotten.
     W_x is (input_dim, 4 * hidden_dim), W_h (hidden_dim, 4 * hidden_dim), b (4 * hidden_dim,),
-    each with the four gates' columns side by side.
+    each with the four gates' columns side by side. Its attributes are :class:`Recurrent`'s, and these:
 
-    Attributes (beyond those of :class:`Recurrent`)
-    -----------------------------------------------
+    Attributes
+    ----------
     cell_states : (batch, time + 1, hidden_dim), c_0 to c_T from the last forward pass
     gate_values : (batch, time, 4 * hidden_dim), [i, f, g, o] at every step
     """

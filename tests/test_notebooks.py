@@ -126,12 +126,14 @@ def test_notebook_01_last_cell_holds_with_the_default_zero_generator_as_what_to_
 @pytest.mark.notebooks
 def test_notebook_08_runs_on_its_stand_in_when_no_mnist_is_on_the_machine(tmp_path, monkeypatch):
     # No $SGRAD_DATA_DIR archive and an empty cache: the loader finds nothing, smoke mode does not download,
-    # and the notebook says so and goes on with its printed digits in MNIST's layout.
+    # and the notebook says so and goes on with its printed digits in MNIST's layout, never calling them MNIST.
     monkeypatch.setenv("SGRAD_DATA_DIR", str(tmp_path / "no-data"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     notebook, _ = execute(NOTEBOOK_DIR / "08_from_the_blog_to_the_paper.ipynb", smoke=True)
-    printed = "".join(output.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
-                      for output in cell.outputs)
-    assert "MNIST (mnist.npz) not found." in printed and "Using the stand-in instead." in printed
-    assert "the stand-in: x_train (2000, 784) float32" in printed
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    printed = "".join(output.get("text", "") for output in outputs)
+    assert "MNIST (mnist.npz) not found." in printed and "No MNIST, so this notebook goes on with a stand-in" in printed
+    assert "stand-in digits, not MNIST: x_train (2000, 784) float32" in printed
+    tables = [output.data["text/markdown"] for output in outputs if "text/markdown" in output.get("data", {})]
+    assert len(tables) == 1 and "(stand-in digits, not MNIST)" in tables[0] and "| method | 3 layers |" in tables[0]
     assert not (tmp_path / "cache" / "sgrad").exists(), "in smoke mode the loader should not try to download"

@@ -1,11 +1,12 @@
-"""The parallel engine's figures: the timeline (a row per worker, a bar per event) and accuracy against wall-clock time."""
+"""The figures: the parallel engine's timeline (a row per worker, a bar per event) and accuracy against wall-clock time,
+and the paper's accuracy curves."""
 
 import numpy as np
 import pytest
 
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
 from sgrad.parallel import train_parallel
-from sgrad.plotting import TIMELINE_COLORS, plot_accuracy_against_time, plot_timeline
+from sgrad.plotting import TIMELINE_COLORS, plot_accuracy_against_time, plot_paper, plot_timeline
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CONFIG = PaperConfig(depth=3, hidden=16, generator_hidden=(8,), batch_size=8, dtype="float64", seed=0)
@@ -50,3 +51,11 @@ def test_accuracy_against_time_draws_each_runs_evaluations_at_their_wall_clock_t
         np.testing.assert_allclose(line.get_xdata(), history["evaluation_time"])
         np.testing.assert_allclose(line.get_ydata(), 100 * np.asarray(history["test_accuracy"]))
     assert (tmp_path / "accuracy.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_the_paper_figure_names_its_dataset_in_every_panel_and_calls_it_mnist_only_by_default():
+    history = {"iteration": [0, 10, 20], "test_accuracy": [0.1, 0.5, 0.8]}
+    results = {("backprop", 3): history, ("dni", 3): history, ("backprop", 4): history}
+    assert [ax.get_title() for ax in plot_paper(results).axes] == ["MNIST, 3 layers", "MNIST, 4 layers"]
+    titles = [ax.get_title() for ax in plot_paper(results, dataset="stand-in digits, not MNIST").axes]
+    assert titles == ["stand-in digits, not MNIST, 3 layers", "stand-in digits, not MNIST, 4 layers"]

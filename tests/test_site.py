@@ -6,13 +6,15 @@ into a temporary folder, or taken from ``SGRAD_SITE_DIR`` when ``.ci/run`` has j
 downloads no browser here). Any request that would leave 127.0.0.1 is refused and fails the page.
 
 The browser tests skip where Chromium or the ``docs`` extra is missing, unless ``SGRAD_REQUIRE_BROWSER=1``
-(as ``.ci/run`` sets it): then they fail instead.  The tests of the files themselves never skip.
+(as ``.ci/run`` sets it): then they fail instead.  The tests of the files themselves never skip.  Each chapter's
+page is saved as a PNG in ``docs/_build/screenshots/`` (a CI artifact, for a person to look at).
 """
 
 import functools
 import html.parser
 import http.server
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -34,12 +36,16 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync"]
 
+SCREENSHOTS = REPO / "docs" / "_build" / "screenshots"
+
 RESULTS = sorted((REPO / "docs" / "results").glob("*.md"))
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+CHAPTERS = [f"notebooks/{p.stem}.html" for p in NOTEBOOKS]
 # Every page a reader can reach: the chapters, the docs pages, and Sphinx's own index pages.
 PAGES = (["index.html", "genindex.html", "search.html", "py-modindex.html"]
          + [f"docs/{p.stem}.html" for p in sorted((REPO / "docs").glob("*.md"))]
          + [f"docs/results/{p.stem}.html" for p in RESULTS]
-         + [f"notebooks/{p.stem}.html" for p in sorted((REPO / "notebooks").glob("*.ipynb"))])
+         + CHAPTERS)
 
 
 def unavailable(reason):
@@ -95,6 +101,49 @@ def test_the_table_of_contents_holds_every_notebook_once():
     index = (REPO / "docs" / "index.md").read_text()
     listed = re.findall(r"^/notebooks/(\S+)$", index, re.MULTILINE)
     assert sorted(listed) == sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
+
+
+def stored_runs():
+    """docs/chapters.py, the script that stores each chapter's full-size run, as a module."""
+    spec = importlib.util.spec_from_file_location("chapters", REPO / "docs" / "chapters.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_chapter_has_a_stored_full_size_run_of_its_code_as_committed(path):
+    chapters = stored_runs()
+    stored = chapters.stored_path(path.stem)
+    assert stored.exists(), f"no stored run of {path.name}: run `python docs/chapters.py {path.stem[:2]}`"
+    run = json.loads(stored.read_text())
+    reason = chapters.why_stale(json.loads(path.read_text()), run)
+    assert reason is None, f"{stored.name}: {reason}; run `python docs/chapters.py {path.stem[:2]}`"
+    assert not chapters.problems(run), chapters.problems(run)
+    assert run["metadata"]["sgrad"]["seconds"] > 0
+
+
+def test_a_chapter_whose_code_changed_since_its_stored_run_is_refused_with_the_command_that_stores_it_again():
+    chapters = stored_runs()
+    path = NOTEBOOKS[0]
+    notebook = json.loads(path.read_text())
+    code = [cell for cell in notebook["cells"] if cell["cell_type"] == "code"]
+    code[1]["source"] = ["print('an edit')\n", *code[1]["source"]]
+    stored = json.loads(chapters.stored_path(path.stem).read_text())
+    assert chapters.why_stale(notebook, stored) == "code cell 2 differs from the one that ran"
+    with pytest.raises(ValueError, match=rf"code cell 2 differs .*python docs/chapters.py {path.stem[:2]}"):
+        chapters.with_outputs(json.dumps(notebook), chapters.stored_path(path.stem))
+    markdown_only = json.loads(path.read_text())
+    markdown_only["cells"][0]["source"] = ["# an edited title\n"]
+    assert chapters.why_stale(markdown_only, stored) is None, "a Markdown edit needs no new run"
+
+
+def test_the_stored_runs_are_small_and_hold_no_widget_state():
+    stored = sorted((REPO / "docs" / "chapters").glob("*.ipynb"))
+    assert [p.stem for p in stored] == [p.stem for p in NOTEBOOKS]
+    total = sum(p.stat().st_size for p in stored)
+    assert total < 4e6, f"the stored runs take {total / 1e6:.1f} MB; keep them under 4 MB"
+    assert not [p.name for p in stored if "application/vnd.jupyter.widget" in p.read_text()]
 
 
 # --- the built site, in a browser -----------------------------------------------------------------
@@ -284,3 +333,125 @@ def test_the_api_reference_documents_every_name_sgrad_exports(site):
         if not re.search(anchor, page):
             missing.append(name)
     assert not missing, f"not in the API reference: {missing}"
+
+
+def open_page(browser, server, path):
+    """The page at ``path``, loaded, its equations typeset."""
+    page = browser.new_page()
+    page.goto(server + path, wait_until="networkidle")
+    page.evaluate(TYPESET)
+    return page
+
+
+# A chapter's text in two parts, what its code cells printed or displayed and its prose (outside code and maths);
+# the code blocks whose lines run past the column; and the page's stamp, set when its outputs are a stored run.
+CHAPTER = r"""() => {
+  const outputs = Array.from(document.querySelectorAll('.cell_output')).map(o => o.innerText).join('\n');
+  const walker = document.createTreeWalker(document.querySelector('article'), NodeFilter.SHOW_TEXT);
+  const prose = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (!node.parentElement.closest('pre, code, script, style, mjx-container, .cell_input, .cell_output')) {
+      prose.push(node.textContent);
+    }
+  }
+  const cut = Array.from(document.querySelectorAll('article pre'))
+    .filter(pre => pre.scrollWidth > pre.clientWidth + 1).map(pre => pre.innerText.slice(0, 60));
+  const stamp = document.querySelector('meta[name="sgrad-outputs"]');
+  return {outputs, prose: prose.join(''), cut, stamp: stamp && stamp.content};
+}"""
+
+# What a published chapter must not show: a smoke run's banner, a loader that found nothing, the machine's paths.
+LEAKS = re.compile(r"SGRAD_SMOKE=1|not found|(?<![\w.])/(?:work|root|home|tmp)/")
+
+
+@pytest.mark.parametrize("path", CHAPTERS)
+def test_a_chapter_shows_its_full_size_run_and_nothing_of_the_machine_that_ran_it(browser, server, path):
+    page = open_page(browser, server, path)
+    try:
+        shown = page.evaluate(CHAPTER)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / f"{pathlib.Path(path).stem}.png"), full_page=True)
+    finally:
+        page.close()
+    assert shown["stamp"] == "full size", f"{path}: its outputs are not its notebook's stored full-size run"
+    leaks = sorted({match.group(0) for match in LEAKS.finditer(shown["outputs"])})
+    assert not leaks, f"{path}: the outputs show {leaks}"
+    leaks = sorted({match.group(0) for match in LEAKS.finditer(shown["prose"])})
+    assert not leaks, f"{path}: the prose shows {leaks}"
+    assert not shown["cut"], f"{path}: code runs past the column's edge: {shown['cut']}"
+
+
+# Text that should have been rendered as something else: a Markdown table printed as text (a line that starts and
+# ends with "|", anywhere but in code the reader reads as code), reStructuredText's double backticks, and (in a
+# chapter) a TeX subscript outside the maths.
+UNRENDERED = r"""() => {
+  const article = document.querySelector('article') || document.body;
+  const shown = article.cloneNode(true);
+  shown.querySelectorAll('.cell_input, script, style, mjx-container').forEach(e => e.remove());
+  document.body.appendChild(shown);  // innerText needs a rendered element
+  const tables = shown.innerText.split('\n').map(line => line.trim())
+    .filter(line => line.length > 2 && line.startsWith('|') && line.endsWith('|'));
+  shown.remove();
+  const walker = document.createTreeWalker(article, NodeFilter.SHOW_TEXT);
+  const backticks = [], subscripts = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest('pre, code, script, style, mjx-container, .cell_input')) continue;
+    if (node.textContent.includes('``')) backticks.push(node.textContent.trim().slice(0, 80));
+    const tex = node.textContent.match(/\S*_\{[^}]*\}\S*/);
+    if (tex) subscripts.push(tex[0]);
+  }
+  return {tables, backticks, subscripts};
+}"""
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_no_page_shows_a_raw_table_or_double_backticks_and_no_chapter_a_tex_subscript(browser, server, path):
+    page = open_page(browser, server, path)
+    try:
+        found = page.evaluate(UNRENDERED)
+    finally:
+        page.close()
+    assert not found["tables"], f"{path}: a table printed as text: {found['tables'][:3]}"
+    assert not found["backticks"], f"{path}: literal double backticks: {found['backticks'][:3]}"
+    if path in CHAPTERS:
+        assert not found["subscripts"], f"{path}: TeX subscripts outside the maths: {found['subscripts'][:5]}"
+
+
+# The homework's methods (notebook 07), each under the class a student subclasses.
+HOMEWORK = {"sgrad.layers.Layer": ("forward", "backward", "update"),
+            "sgrad.dni.DNI": ("backward", "forward_and_synthetic_update", "update_synthetic_weights")}
+
+CLASS_OF = """id => {
+  const entry = document.getElementById(id);
+  if (!entry) return null;
+  const owner = entry.parentElement.closest('dl.py.class');
+  return owner ? owner.querySelector(':scope > dt').id : '(no class)';
+}"""
+
+
+def test_the_api_page_shows_the_homework_methods_under_their_class_and_the_class_bases(browser, server):
+    page = open_page(browser, server, "docs/api.html")
+    try:
+        owners = {f"{cls}.{method}": page.evaluate(CLASS_OF, f"{cls}.{method}")
+                  for cls, methods in HOMEWORK.items() for method in methods}
+        bases = page.evaluate("""() => document.getElementById('sgrad.dni.DNI').nextElementSibling
+                                        .querySelector('p').innerText""")
+    finally:
+        page.close()
+    wrong = {name: owner for name, owner in owners.items() if owner != name.rsplit(".", 1)[0]}
+    assert not wrong, f"missing, or not under their class (the entry and the class it sits under): {wrong}"
+    assert bases == "Bases: DecoupledModule, Layer", bases
+
+
+def test_the_home_page_has_one_search_field_and_no_heading_twice(browser, server):
+    page = open_page(browser, server, "docs/index.html")
+    try:
+        searches = page.evaluate("""() => Array.from(document.querySelectorAll('.search-button-field'))
+                                          .filter(field => field.offsetParent !== null).length""")
+        headings = page.evaluate("""() => Array.from(document.querySelectorAll(
+                                          'article h1, article h2, article h3, article p.caption'))
+                                          .map(heading => heading.innerText.replace(/#$/, '').trim())""")
+    finally:
+        page.close()
+    assert searches == 1, f"{searches} search fields on the home page"
+    assert len(headings) == len(set(headings)), f"a heading appears twice: {headings}"
