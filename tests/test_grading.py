@@ -7,6 +7,7 @@ student tries against the grader is in tests/test_grading_attacks.py.
 """
 
 import csv
+import os
 import pathlib
 import re
 import signal
@@ -339,6 +340,34 @@ def test_sigterm_stops_a_class_within_seconds_with_no_gradebook_and_no_process_l
                                        "and no gradebook was written")
     assert took < 10
     assert not gradebook.exists()
+    assert none_left(str(tmp_path))
+
+
+def test_a_grader_that_fails_gives_not_graded_never_a_verdict(tmp_path):
+    folder = tmp_path / "class"
+    folder.mkdir()
+    nbformat.write(notebook_of(SETUP, *CORRECT), folder / "ada.ipynb")
+    nbformat.write(notebook_of(SETUP, *CORRECT, "import time\ntime.sleep(60)"), folder / "bob.ipynb")
+    gradebook = tmp_path / "grades.csv"
+    run = start_grading([folder, "--jobs", "2", "--gradebook", gradebook], scratch=tmp_path / "tmp")
+    try:
+        deadline = time.monotonic() + 60
+        graders = []
+        while not graders:  # bob's grader, once its notebook's kernel runs
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            graders = [pid for pid in left_running(str(folder / "bob.ipynb")) if "--record" in _command(pid)]
+            time.sleep(0.2)
+        time.sleep(3)
+        os.kill(graders[0], signal.SIGKILL)
+        _, errors = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    rows = {row["notebook"]: row for row in csv.DictReader(gradebook.read_text().splitlines())}
+    assert rows["ada.ipynb"]["score"] == "3"
+    assert (rows["bob.ipynb"]["status"], rows["bob.ipynb"]["score"]) == ("not graded", "")
+    assert "the grader stopped with exit status -9" in rows["bob.ipynb"]["message"]
+    assert run.returncode == 2, errors
     assert none_left(str(tmp_path))
 
 
