@@ -65,6 +65,13 @@ def marked(token):
     return found
 
 
+def on_the_way(folder):
+    """The names in ``folder`` that the sandbox makes on the way to the folders of python_binds() in it."""
+    folder = pathlib.Path(folder)
+    return {pathlib.Path(inside).relative_to(folder).parts[0] for _, inside in python_binds()
+            if pathlib.Path(inside).is_relative_to(folder) and pathlib.Path(inside) != folder}
+
+
 def left_after(token, seconds):
     """The processes marked with ``token`` still there ``seconds`` from now, or none as soon as they are gone."""
     deadline = time.monotonic() + seconds
@@ -158,19 +165,30 @@ def test_home_and_tmp_are_private_empty_and_new_in_each_sandbox(token):
             result = run(box, LOOK_AROUND)
         assert result.returncode == 0, result.stderr
         seen.append(json.loads(result.stdout))
-    assert seen == [{"home": [], "tmp": [], "cwd": "/home/student"}] * 2
+    for look in seen:
+        assert look["home"] == [] and set(look["tmp"]) == on_the_way("/tmp") and look["cwd"] == "/home/student"
     assert not pathlib.Path("/home/student/.ipython").exists()  # nothing reached the host either
+
+
+def test_the_environment_inside_is_the_one_given_and_the_defaults(token):
+    with sandbox(token, env={"LANG": "en_GB.UTF-8"}) as box:
+        # As the process starts: Python then adds LC_CTYPE for a locale it lacks (PEP 538).
+        result = run(box, "import json; print(json.dumps([pair.decode() for pair in "
+                          "open('/proc/self/environ', 'rb').read().split(bytes(1)) if pair]))")
+    assert result.returncode == 0, result.stderr
+    assert dict(pair.split("=", 1) for pair in json.loads(result.stdout)) == {
+        "SANDBOX_TEST": token, "OPENBLAS_NUM_THREADS": "1", "LANG": "en_GB.UTF-8", "HOME": "/home/student",
+        "TMPDIR": "/tmp", "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+        "PWD": "/home/student"}  # bwrap's --chdir sets PWD
 
 
 def test_the_hosts_home_is_invisible_but_for_the_folders_bound(token):
     home = pathlib.Path.home()
-    on_the_way = {pathlib.Path(inside).relative_to(home).parts[0] for _, inside in python_binds()
-                  if pathlib.Path(inside).is_relative_to(home)}  # bwrap makes the folders on a bind's way
     with sandbox(token) as box:
         result = run(box, f"import json, os; print(json.dumps(os.listdir({str(home)!r})))")
     assert result.returncode == 0, result.stderr
-    assert len(os.listdir(home)) > len(on_the_way)  # something to hide
-    assert set(json.loads(result.stdout)) <= on_the_way
+    assert len(os.listdir(home)) > len(on_the_way(home))  # something to hide
+    assert set(json.loads(result.stdout)) == on_the_way(home)
 
 
 def test_a_classmates_folder_and_the_sgrad_source_are_invisible(token, tmp_path):
