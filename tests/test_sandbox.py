@@ -12,6 +12,7 @@ import os
 import pathlib
 import secrets
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -119,6 +120,23 @@ def test_the_system_and_the_python_environment_are_read_only(token):
     tried = json.loads(result.stdout)
     assert len(tried) == 5
     assert set(tried.values()) == {"Read-only file system"}, tried
+
+
+def test_what_others_may_not_read_in_etc_is_unreadable_inside(token):
+    """The sandbox's user is the grader's on the host: a grader run as root must not lend it root's eyes."""
+    private = [str(path) for path in pathlib.Path("/etc").rglob("*") if path.is_file() and not path.is_symlink()
+               and not path.stat().st_mode & stat.S_IROTH and os.access(path, os.R_OK)]
+    if not private:
+        pytest.skip("nothing in /etc that this user may read and others may not")
+    code = ("import json, sys\nseen = {}\nfor path in sys.argv[1:]:\n    try:\n"
+            "        seen[path] = len(open(path, 'rb').read())\n    except OSError as error:\n"
+            "        seen[path] = error.strerror\nprint(json.dumps(seen))")
+    with sandbox(token) as box:
+        result = subprocess.run(box.command(["python", "-c", code, *private]), capture_output=True, text=True,
+                                timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    read = {path: seen for path, seen in json.loads(result.stdout).items() if seen not in (0, "Permission denied")}
+    assert read == {}
 
 
 def test_pip_cannot_install_into_the_environment(token, tmp_path):

@@ -3,11 +3,12 @@
 What a process inside a :class:`Sandbox` can and cannot do, and the means of each:
 
 - **See**: the system read-only (``/usr``, ``/etc``, and ``/bin``, ``/lib*``, ``/sbin`` as the host has them:
-  bound, or the same symlinks), the Python environment read-only (:func:`python_binds`: the interpreter's
-  prefixes and site-packages, never a checkout of sgrad, whose installed copy :func:`python_hidden` covers
-  with an empty folder), and what the caller binds (``ro_binds``, ``rw_binds``).  Nothing else of the host:
-  not its HOME, not the checkout, not the other students' folders.  ``--ro-bind``, ``--symlink``, and
-  ``--remount-ro /`` last, so that the sandbox's own root is read-only too.
+  bound, or the same symlinks), but for what in ``/etc`` others may not read (``/etc/shadow``), covered;
+  the Python environment read-only (:func:`python_binds`: the interpreter's prefixes and site-packages,
+  never a checkout of sgrad, whose installed copy :func:`python_hidden` covers with an empty folder); and
+  what the caller binds (``ro_binds``, ``rw_binds``).  Nothing else of the host: not its HOME, not the
+  checkout, not the other students' folders.  ``--ro-bind``, ``--symlink``, and ``--remount-ro /`` last,
+  so that the sandbox's own root is read-only too.
 - **Write**: a private, empty HOME (``/home/student``), ``/tmp`` and ``/dev/shm`` (``--tmpfs``, new for
   each sandbox, gone with it), and the ``rw_binds``.  Writing into the Python environment (a ``pip
   install``, a ``.pth`` file, an IPython startup file) fails, so no notebook can change the next one's.
@@ -48,6 +49,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -139,7 +141,28 @@ def _system_options() -> list[str]:
             options += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             options += ["--ro-bind", path, path]
-    return options + ["--proc", "/proc", "--dev", "/dev"]
+    return options + _private_files("/etc") + ["--proc", "/proc", "--dev", "/dev"]
+
+
+@functools.cache
+def _private_files(folder: str) -> "list[str]":
+    """Options that cover what in ``folder`` others may not read (/etc/shadow, /etc/ssl/private): a folder with an
+    empty one, a file with /dev/null (which cannot be opened there: bwrap binds without devices).
+
+    The sandbox's user is the grader's user on the host, so a grader run as root would let it read
+    root's files wherever they are bound."""
+    options = []
+    for parent, folders, files in os.walk(folder):
+        for name in list(folders):
+            path = os.path.join(parent, name)
+            if not os.path.islink(path) and not os.stat(path).st_mode & stat.S_IROTH:
+                options += ["--tmpfs", path, "--remount-ro", path]
+                folders.remove(name)
+        for name in files:
+            path = os.path.join(parent, name)
+            if not os.path.islink(path) and not os.stat(path).st_mode & stat.S_IROTH:
+                options += ["--ro-bind", "/dev/null", path]
+    return options
 
 
 # --- the Python environment inside -----------------------------------------------------------------------------
