@@ -286,9 +286,13 @@ def test_it_sees_only_its_own_processes(token):
 
 
 DETACH = """
-import subprocess, time
+import os, subprocess, time
 subprocess.run(["sh", "-c", "(setsid sleep 600 &)"])  # a double fork, in a session of its own
 subprocess.Popen(["sleep", "600"], start_new_session=True)
+def sleeping():
+    return [pid for pid in os.listdir("/proc") if pid.isdigit() and open(f"/proc/{pid}/comm").read() == "sleep\\n"]
+while len(sleeping()) < 2:  # the double fork's sleep may not have started yet
+    time.sleep(0.01)
 print("ready", flush=True)
 """
 
@@ -448,3 +452,14 @@ def test_without_bwrap_the_reason_is_one_line_that_says_what_to_do():
     assert result.stderr == ""
     assert result.stdout.count("\n") == 1
     assert "no bwrap on PATH" in result.stdout and "apt-get install bubblewrap" in result.stdout
+
+
+def test_bad_arguments_are_refused_in_words(tmp_path):
+    with pytest.raises(ValueError, match="memory_mib must be an integer >= 0"):
+        Sandbox(memory_mib=-1, env={})
+    with pytest.raises(ValueError, match=f"there is no '{tmp_path}/missing' to bind"):
+        Sandbox(memory_mib=0, rw_binds=[(str(tmp_path / "missing"), "/home/student/work")], env={})
+    with pytest.raises(ValueError, match="absolute sandbox path"):
+        Sandbox(memory_mib=0, ro_binds=[(str(tmp_path), "work")], env={})
+    with pytest.raises(RuntimeError, match="only inside the sandbox's with block"):
+        Sandbox(memory_mib=0, env={}).command(["true"])

@@ -66,7 +66,7 @@ SOCKET_PATH_LIMIT = 107  # bytes of a Unix socket's path (sun_path holds 108, wi
 
 # The launcher: `python -I -S -c LAUNCHER plan bwrap options...`.  It joins the sandbox's cgroups, or sets the
 # limits that stand in for them, then becomes bwrap (exec: same pid), so that bwrap and everything it starts
-# are counted from their first instruction.  -I -S: no site, no environment variables, a start of ~10 ms.
+# are counted from their first instruction.  -I -S: no site, no environment variables, so it starts bare and fast.
 LAUNCHER = """
 import json, os, resource, sys
 plan = json.loads(sys.argv[1])
@@ -155,14 +155,21 @@ def _private_files(folder: str) -> "list[str]":
     for parent, folders, files in os.walk(folder):
         for name in list(folders):
             path = os.path.join(parent, name)
-            if not os.path.islink(path) and not os.stat(path).st_mode & stat.S_IROTH:
+            if _private(path):
                 options += ["--tmpfs", path, "--remount-ro", path]
                 folders.remove(name)
-        for name in files:
-            path = os.path.join(parent, name)
-            if not os.path.islink(path) and not os.stat(path).st_mode & stat.S_IROTH:
-                options += ["--ro-bind", "/dev/null", path]
+        options += [option for name in files if _private(os.path.join(parent, name))
+                    for option in ("--ro-bind", "/dev/null", os.path.join(parent, name))]
     return options
+
+
+def _private(path: str) -> bool:
+    """Whether ``path`` (not a symlink) is closed to others."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return False
+    return not stat.S_ISLNK(status.st_mode) and not status.st_mode & stat.S_IROTH
 
 
 # --- the Python environment inside -----------------------------------------------------------------------------
@@ -360,8 +367,12 @@ def _enable_controllers(directory: str) -> "set[str]":
         try:
             _write(directory, "cgroup.subtree_control", change)
         except OSError as error:
-            if error.errno != errno.EBUSY or _read(directory, "cgroup.procs").split() != [str(os.getpid())]:
+            if error.errno != errno.EBUSY:
                 raise
+            if _read(directory, "cgroup.procs").split() != [str(os.getpid())]:
+                raise OSError(errno.EBUSY, "other processes share this cgroup, so it cannot give children memory and "
+                                           "pids controllers: run the grader in a cgroup of its own, e.g. "
+                                           "systemd-run --user --scope -p Delegate=yes sgrad grade ...") from error
             leaf = os.path.join(directory, LEAF)
             os.makedirs(leaf, exist_ok=True)
             _write(leaf, "cgroup.procs", os.getpid())
@@ -444,11 +455,11 @@ class Sandbox:
         if not all(isinstance(key, str) and isinstance(value, str) and key and "=" not in key
                    for key, value in env.items()):
             raise TypeError(f"Sandbox: env must map names (without '=') to strings, not {env!r}")
-        if not home.startswith("/"):
-            raise ValueError(f"Sandbox: home must be an absolute path inside the sandbox, not {home!r}")
+        if not home.startswith("/") or not all(isinstance(folder, str) and folder.startswith("/") for folder in hide):
+            raise ValueError(f"Sandbox: home and hide take absolute paths inside the sandbox, not {home!r}, {hide!r}")
         check_available()
         self.memory_mib, self.max_processes = memory_mib, max_processes
-        self.ro_binds, self.rw_binds = [tuple(pair) for pair in ro_binds], [tuple(pair) for pair in rw_binds]
+        self.ro_binds, self.rw_binds = _binds("ro_binds", ro_binds), _binds("rw_binds", rw_binds)
         self.hide, self.home, self.use_cgroups = list(hide), home, use_cgroups
         self.env = {"HOME": home, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                     "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", **env}
@@ -554,14 +565,31 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 found.update(int(pid) for pid in _read(directory, "cgroup.procs").split())
         marker, starters = self.name.encode(), {sys.executable.encode(), _bwrap().path.encode()}
+        names = {os.path.basename(starter)[:15] for starter in starters}  # /proc/pid/comm keeps 15 bytes
         for pid in _pids():
             with contextlib.suppress(OSError):
+                # comm first: reading a command line waits on its process's memory, which may be busy
+                with open(f"/proc/{pid}/comm", "rb") as file:
+                    if file.read().rstrip(b"\n") not in names:
+                        continue
                 with open(f"/proc/{pid}/cmdline", "rb") as file:
                     arguments = file.read().split(b"\0")
                 if arguments[0] in starters and any(marker in argument for argument in arguments):
                     found.add(pid)
         found.discard(os.getpid())
         return sorted(found)
+
+
+def _binds(label: str, binds: Any) -> "list[tuple[str, str]]":
+    """``binds`` as (host path, sandbox path) pairs, each host path there and each sandbox path absolute."""
+    pairs = []
+    for pair in binds:
+        if len(pair) != 2 or not all(isinstance(path, str) for path in pair) or not pair[1].startswith("/"):
+            raise ValueError(f"Sandbox: {label} takes (host path, absolute sandbox path) pairs, not {pair!r}")
+        if not os.path.exists(pair[0]):
+            raise ValueError(f"Sandbox: {label}: there is no {pair[0]!r} to bind on {pair[1]!r}")
+        pairs.append((pair[0], pair[1]))
+    return pairs
 
 
 def _pids() -> "list[int]":
