@@ -285,6 +285,19 @@ def test_it_sees_only_its_own_processes(token):
     assert eval(result.stdout) == [1, 2]  # bwrap's init and this python
 
 
+def test_it_runs_as_user_1000_without_capabilities_and_cannot_make_a_user_namespace(token):
+    if not os.path.exists("/usr/bin/unshare"):
+        pytest.skip("no /usr/bin/unshare to try a user namespace with")
+    code = ("import subprocess; print(open('/proc/self/status').read().split('CapEff:')[1].split()[0], "
+            "subprocess.run(['unshare', '--user', 'true'], capture_output=True).returncode)")
+    with sandbox(token) as box:
+        result = run(box, f"import os; print(os.getuid(), os.getgid()); {code}")
+    assert result.returncode == 0, result.stderr
+    uid, gid, capabilities, unshared = result.stdout.split()
+    assert (uid, gid, int(capabilities, 16)) == ("1000", "1000", 0)
+    assert unshared != "0"
+
+
 DETACH = """
 import os, subprocess, time
 subprocess.run(["sh", "-c", "(setsid sleep 600 &)"])  # a double fork, in a session of its own
