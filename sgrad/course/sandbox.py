@@ -21,12 +21,15 @@ What a process inside a :class:`Sandbox` can and cannot do, and the means of eac
   tasks: a child cgroup of this process's own cgroup, with ``memory.max`` and ``pids.max`` (cgroup v2) or
   ``memory.limit_in_bytes`` and ``pids.max`` (cgroup v1).  Each command starts through a small launcher
   that joins the cgroups and then becomes bwrap (``exec``), so nothing inside ever runs outside them.
-  Where no cgroup can be made (not root, nothing delegated), the launcher sets ``RLIMIT_AS`` instead (a cap
-  per process) and, for a user other than root, ``RLIMIT_NPROC``; :attr:`Sandbox.memory_limited` and
-  :attr:`Sandbox.processes_limited` say which.
+  A cgroup v2 lends its controllers to children only while no process sits in it, so the grader must be
+  alone in its cgroup, which it then leaves for a child of it (:func:`prepare_cgroups`).  Where no cgroup
+  can be made (not root, nothing delegated), the launcher sets ``RLIMIT_AS`` instead (a cap per process)
+  and, for a user other than root, ``RLIMIT_NPROC``; :attr:`Sandbox.memory_limited`,
+  :attr:`Sandbox.processes_limited` and :attr:`Sandbox.why_no_cgroup` say which, and why.
 - **Outlive it**: nothing.  bwrap's ``--die-with-parent`` kills the sandbox's init when bwrap dies, and
   when a PID namespace's init dies the kernel kills every process in it, however it detached
-  (``setsid``, a double fork).  :meth:`Sandbox.kill` SIGKILLs every member of the cgroups (v2's
+  (``setsid``, a double fork).  When the main process ends, bwrap returns, and its init ends a moment
+  later with everything still inside.  :meth:`Sandbox.kill` SIGKILLs every member of the cgroups (v2's
   ``cgroup.kill`` where there is one) and the sandbox's bwrap processes, until none is left.
 
 A grader uses it as::
