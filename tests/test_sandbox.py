@@ -12,6 +12,7 @@ import os
 import pathlib
 import secrets
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -65,6 +66,13 @@ def marked(token):
     return found
 
 
+def on_the_way(folder):
+    """The names in ``folder`` that the sandbox makes on the way to the folders of python_binds() in it."""
+    folder = pathlib.Path(folder)
+    return {pathlib.Path(inside).relative_to(folder).parts[0] for _, inside in python_binds()
+            if pathlib.Path(inside).is_relative_to(folder) and pathlib.Path(inside) != folder}
+
+
 def left_after(token, seconds):
     """The processes marked with ``token`` still there ``seconds`` from now, or none as soon as they are gone."""
     deadline = time.monotonic() + seconds
@@ -114,6 +122,23 @@ def test_the_system_and_the_python_environment_are_read_only(token):
     assert set(tried.values()) == {"Read-only file system"}, tried
 
 
+def test_what_others_may_not_read_in_etc_is_unreadable_inside(token):
+    """The sandbox's user is the grader's on the host: a grader run as root must not lend it root's eyes."""
+    private = [str(path) for path in pathlib.Path("/etc").rglob("*") if path.is_file() and not path.is_symlink()
+               and not path.stat().st_mode & stat.S_IROTH and os.access(path, os.R_OK)]
+    if not private:
+        pytest.skip("nothing in /etc that this user may read and others may not")
+    code = ("import json, sys\nseen = {}\nfor path in sys.argv[1:]:\n    try:\n"
+            "        seen[path] = len(open(path, 'rb').read())\n    except OSError as error:\n"
+            "        seen[path] = error.strerror\nprint(json.dumps(seen))")
+    with sandbox(token) as box:
+        result = subprocess.run(box.command(["python", "-c", code, *private]), capture_output=True, text=True,
+                                timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    read = {path: seen for path, seen in json.loads(result.stdout).items() if seen not in (0, "Permission denied")}
+    assert read == {}
+
+
 def test_pip_cannot_install_into_the_environment(token, tmp_path):
     """A wheel made here, installed by pip inside: it fails, and the host's site-packages holds nothing new."""
     wheel = tmp_path / "sandboxprobe-0.1-py3-none-any.whl"
@@ -158,19 +183,30 @@ def test_home_and_tmp_are_private_empty_and_new_in_each_sandbox(token):
             result = run(box, LOOK_AROUND)
         assert result.returncode == 0, result.stderr
         seen.append(json.loads(result.stdout))
-    assert seen == [{"home": [], "tmp": [], "cwd": "/home/student"}] * 2
+    for look in seen:
+        assert look["home"] == [] and set(look["tmp"]) == on_the_way("/tmp") and look["cwd"] == "/home/student"
     assert not pathlib.Path("/home/student/.ipython").exists()  # nothing reached the host either
+
+
+def test_the_environment_inside_is_the_one_given_and_the_defaults(token):
+    with sandbox(token, env={"LANG": "en_GB.UTF-8"}) as box:
+        # As the process starts: Python then adds LC_CTYPE for a locale it lacks (PEP 538).
+        result = run(box, "import json; print(json.dumps([pair.decode() for pair in "
+                          "open('/proc/self/environ', 'rb').read().split(bytes(1)) if pair]))")
+    assert result.returncode == 0, result.stderr
+    assert dict(pair.split("=", 1) for pair in json.loads(result.stdout)) == {
+        "SANDBOX_TEST": token, "OPENBLAS_NUM_THREADS": "1", "LANG": "en_GB.UTF-8", "HOME": "/home/student",
+        "TMPDIR": "/tmp", "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin",
+        "PWD": "/home/student"}  # bwrap's --chdir sets PWD
 
 
 def test_the_hosts_home_is_invisible_but_for_the_folders_bound(token):
     home = pathlib.Path.home()
-    on_the_way = {pathlib.Path(inside).relative_to(home).parts[0] for _, inside in python_binds()
-                  if pathlib.Path(inside).is_relative_to(home)}  # bwrap makes the folders on a bind's way
     with sandbox(token) as box:
         result = run(box, f"import json, os; print(json.dumps(os.listdir({str(home)!r})))")
     assert result.returncode == 0, result.stderr
-    assert len(os.listdir(home)) > len(on_the_way)  # something to hide
-    assert set(json.loads(result.stdout)) <= on_the_way
+    assert len(os.listdir(home)) > len(on_the_way(home))  # something to hide
+    assert set(json.loads(result.stdout)) == on_the_way(home)
 
 
 def test_a_classmates_folder_and_the_sgrad_source_are_invisible(token, tmp_path):
@@ -249,10 +285,27 @@ def test_it_sees_only_its_own_processes(token):
     assert eval(result.stdout) == [1, 2]  # bwrap's init and this python
 
 
+def test_it_runs_as_user_1000_without_capabilities_and_cannot_make_a_user_namespace(token):
+    if not os.path.exists("/usr/bin/unshare"):
+        pytest.skip("no /usr/bin/unshare to try a user namespace with")
+    code = ("import subprocess; print(open('/proc/self/status').read().split('CapEff:')[1].split()[0], "
+            "subprocess.run(['unshare', '--user', 'true'], capture_output=True).returncode)")
+    with sandbox(token) as box:
+        result = run(box, f"import os; print(os.getuid(), os.getgid()); {code}")
+    assert result.returncode == 0, result.stderr
+    uid, gid, capabilities, unshared = result.stdout.split()
+    assert (uid, gid, int(capabilities, 16)) == ("1000", "1000", 0)
+    assert unshared != "0"
+
+
 DETACH = """
-import subprocess, time
+import os, subprocess, time
 subprocess.run(["sh", "-c", "(setsid sleep 600 &)"])  # a double fork, in a session of its own
 subprocess.Popen(["sleep", "600"], start_new_session=True)
+def sleeping():
+    return [pid for pid in os.listdir("/proc") if pid.isdigit() and open(f"/proc/{pid}/comm").read() == "sleep\\n"]
+while len(sleeping()) < 2:  # the double fork's sleep may not have started yet
+    time.sleep(0.01)
 print("ready", flush=True)
 """
 
@@ -412,3 +465,14 @@ def test_without_bwrap_the_reason_is_one_line_that_says_what_to_do():
     assert result.stderr == ""
     assert result.stdout.count("\n") == 1
     assert "no bwrap on PATH" in result.stdout and "apt-get install bubblewrap" in result.stdout
+
+
+def test_bad_arguments_are_refused_in_words(tmp_path):
+    with pytest.raises(ValueError, match="memory_mib must be an integer >= 0"):
+        Sandbox(memory_mib=-1, env={})
+    with pytest.raises(ValueError, match=f"there is no '{tmp_path}/missing' to bind"):
+        Sandbox(memory_mib=0, rw_binds=[(str(tmp_path / "missing"), "/home/student/work")], env={})
+    with pytest.raises(ValueError, match="absolute sandbox path"):
+        Sandbox(memory_mib=0, ro_binds=[(str(tmp_path), "work")], env={})
+    with pytest.raises(RuntimeError, match="only inside the sandbox's with block"):
+        Sandbox(memory_mib=0, env={}).command(["true"])

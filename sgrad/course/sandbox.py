@@ -3,11 +3,12 @@
 What a process inside a :class:`Sandbox` can and cannot do, and the means of each:
 
 - **See**: the system read-only (``/usr``, ``/etc``, and ``/bin``, ``/lib*``, ``/sbin`` as the host has them:
-  bound, or the same symlinks), the Python environment read-only (:func:`python_binds`: the interpreter's
-  prefixes and site-packages, never a checkout of sgrad, whose installed copy :func:`python_hidden` covers
-  with an empty folder), and what the caller binds (``ro_binds``, ``rw_binds``).  Nothing else of the host:
-  not its HOME, not the checkout, not the other students' folders.  ``--ro-bind``, ``--symlink``, and
-  ``--remount-ro /`` last, so that the sandbox's own root is read-only too.
+  bound, or the same symlinks), but for what in ``/etc`` others may not read (``/etc/shadow``), covered;
+  the Python environment read-only (:func:`python_binds`: the interpreter's prefixes and site-packages,
+  never a checkout of sgrad, whose installed copy :func:`python_hidden` covers with an empty folder); and
+  what the caller binds (``ro_binds``, ``rw_binds``).  Nothing else of the host: not its HOME, not the
+  checkout, not the other students' folders.  ``--ro-bind``, ``--symlink``, and ``--remount-ro /`` last,
+  so that the sandbox's own root is read-only too.
 - **Write**: a private, empty HOME (``/home/student``), ``/tmp`` and ``/dev/shm`` (``--tmpfs``, new for
   each sandbox, gone with it), and the ``rw_binds``.  Writing into the Python environment (a ``pip
   install``, a ``.pth`` file, an IPython startup file) fails, so no notebook can change the next one's.
@@ -20,12 +21,15 @@ What a process inside a :class:`Sandbox` can and cannot do, and the means of eac
   tasks: a child cgroup of this process's own cgroup, with ``memory.max`` and ``pids.max`` (cgroup v2) or
   ``memory.limit_in_bytes`` and ``pids.max`` (cgroup v1).  Each command starts through a small launcher
   that joins the cgroups and then becomes bwrap (``exec``), so nothing inside ever runs outside them.
-  Where no cgroup can be made (not root, nothing delegated), the launcher sets ``RLIMIT_AS`` instead (a cap
-  per process) and, for a user other than root, ``RLIMIT_NPROC``; :attr:`Sandbox.memory_limited` and
-  :attr:`Sandbox.processes_limited` say which.
+  A cgroup v2 lends its controllers to children only while no process sits in it, so the grader must be
+  alone in its cgroup, which it then leaves for a child of it (:func:`prepare_cgroups`).  Where no cgroup
+  can be made (not root, nothing delegated), the launcher sets ``RLIMIT_AS`` instead (a cap per process)
+  and, for a user other than root, ``RLIMIT_NPROC``; :attr:`Sandbox.memory_limited`,
+  :attr:`Sandbox.processes_limited` and :attr:`Sandbox.why_no_cgroup` say which, and why.
 - **Outlive it**: nothing.  bwrap's ``--die-with-parent`` kills the sandbox's init when bwrap dies, and
   when a PID namespace's init dies the kernel kills every process in it, however it detached
-  (``setsid``, a double fork).  :meth:`Sandbox.kill` SIGKILLs every member of the cgroups (v2's
+  (``setsid``, a double fork).  When the main process ends, bwrap returns, and its init ends a moment
+  later with everything still inside.  :meth:`Sandbox.kill` SIGKILLs every member of the cgroups (v2's
   ``cgroup.kill`` where there is one) and the sandbox's bwrap processes, until none is left.
 
 A grader uses it as::
@@ -48,6 +52,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -64,7 +69,7 @@ SOCKET_PATH_LIMIT = 107  # bytes of a Unix socket's path (sun_path holds 108, wi
 
 # The launcher: `python -I -S -c LAUNCHER plan bwrap options...`.  It joins the sandbox's cgroups, or sets the
 # limits that stand in for them, then becomes bwrap (exec: same pid), so that bwrap and everything it starts
-# are counted from their first instruction.  -I -S: no site, no environment variables, a start of ~10 ms.
+# are counted from their first instruction.  -I -S: no site, no environment variables, so it starts bare and fast.
 LAUNCHER = """
 import json, os, resource, sys
 plan = json.loads(sys.argv[1])
@@ -139,7 +144,35 @@ def _system_options() -> list[str]:
             options += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             options += ["--ro-bind", path, path]
-    return options + ["--proc", "/proc", "--dev", "/dev"]
+    return options + _private_files("/etc") + ["--proc", "/proc", "--dev", "/dev"]
+
+
+@functools.cache
+def _private_files(folder: str) -> "list[str]":
+    """Options that cover what in ``folder`` others may not read (/etc/shadow, /etc/ssl/private): a folder with an
+    empty one, a file with /dev/null (which cannot be opened there: bwrap binds without devices).
+
+    The sandbox's user is the grader's user on the host, so a grader run as root would let it read
+    root's files wherever they are bound."""
+    options = []
+    for parent, folders, files in os.walk(folder):
+        for name in list(folders):
+            path = os.path.join(parent, name)
+            if _private(path):
+                options += ["--tmpfs", path, "--remount-ro", path]
+                folders.remove(name)
+        options += [option for name in files if _private(os.path.join(parent, name))
+                    for option in ("--ro-bind", "/dev/null", os.path.join(parent, name))]
+    return options
+
+
+def _private(path: str) -> bool:
+    """Whether ``path`` (not a symlink) is closed to others."""
+    try:
+        status = os.lstat(path)
+    except OSError:
+        return False
+    return not stat.S_ISLNK(status.st_mode) and not status.st_mode & stat.S_IROTH
 
 
 # --- the Python environment inside -----------------------------------------------------------------------------
@@ -337,8 +370,12 @@ def _enable_controllers(directory: str) -> "set[str]":
         try:
             _write(directory, "cgroup.subtree_control", change)
         except OSError as error:
-            if error.errno != errno.EBUSY or _read(directory, "cgroup.procs").split() != [str(os.getpid())]:
+            if error.errno != errno.EBUSY:
                 raise
+            if _read(directory, "cgroup.procs").split() != [str(os.getpid())]:
+                raise OSError(errno.EBUSY, "other processes share this cgroup, so it cannot give children memory and "
+                                           "pids controllers: run the grader in a cgroup of its own, e.g. "
+                                           "systemd-run --user --scope -p Delegate=yes sgrad grade ...") from error
             leaf = os.path.join(directory, LEAF)
             os.makedirs(leaf, exist_ok=True)
             _write(leaf, "cgroup.procs", os.getpid())
@@ -421,11 +458,11 @@ class Sandbox:
         if not all(isinstance(key, str) and isinstance(value, str) and key and "=" not in key
                    for key, value in env.items()):
             raise TypeError(f"Sandbox: env must map names (without '=') to strings, not {env!r}")
-        if not home.startswith("/"):
-            raise ValueError(f"Sandbox: home must be an absolute path inside the sandbox, not {home!r}")
+        if not home.startswith("/") or not all(isinstance(folder, str) and folder.startswith("/") for folder in hide):
+            raise ValueError(f"Sandbox: home and hide take absolute paths inside the sandbox, not {home!r}, {hide!r}")
         check_available()
         self.memory_mib, self.max_processes = memory_mib, max_processes
-        self.ro_binds, self.rw_binds = [tuple(pair) for pair in ro_binds], [tuple(pair) for pair in rw_binds]
+        self.ro_binds, self.rw_binds = _binds("ro_binds", ro_binds), _binds("rw_binds", rw_binds)
         self.hide, self.home, self.use_cgroups = list(hide), home, use_cgroups
         self.env = {"HOME": home, "TMPDIR": "/tmp", "LANG": "C.UTF-8",
                     "PATH": f"{os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin", **env}
@@ -531,14 +568,31 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 found.update(int(pid) for pid in _read(directory, "cgroup.procs").split())
         marker, starters = self.name.encode(), {sys.executable.encode(), _bwrap().path.encode()}
+        names = {os.path.basename(starter)[:15] for starter in starters}  # /proc/pid/comm keeps 15 bytes
         for pid in _pids():
             with contextlib.suppress(OSError):
+                # comm first: reading a command line waits on its process's memory, which may be busy
+                with open(f"/proc/{pid}/comm", "rb") as file:
+                    if file.read().rstrip(b"\n") not in names:
+                        continue
                 with open(f"/proc/{pid}/cmdline", "rb") as file:
                     arguments = file.read().split(b"\0")
                 if arguments[0] in starters and any(marker in argument for argument in arguments):
                     found.add(pid)
         found.discard(os.getpid())
         return sorted(found)
+
+
+def _binds(label: str, binds: Any) -> "list[tuple[str, str]]":
+    """``binds`` as (host path, sandbox path) pairs, each host path there and each sandbox path absolute."""
+    pairs = []
+    for pair in binds:
+        if len(pair) != 2 or not all(isinstance(path, str) for path in pair) or not pair[1].startswith("/"):
+            raise ValueError(f"Sandbox: {label} takes (host path, absolute sandbox path) pairs, not {pair!r}")
+        if not os.path.exists(pair[0]):
+            raise ValueError(f"Sandbox: {label}: there is no {pair[0]!r} to bind on {pair[1]!r}")
+        pairs.append((pair[0], pair[1]))
+    return pairs
 
 
 def _pids() -> "list[int]":
