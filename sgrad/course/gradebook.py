@@ -82,6 +82,10 @@ def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memor
     (:class:`sgrad.course.grader.Terminated` for SIGTERM), with no gradebook written."""
     from .grader import Terminated
 
+    if sandboxed:
+        from .sandbox import prepare_cgroups
+
+        prepare_cgroups()  # under cgroup v2, before the graders start: their sandboxes' cgroups then have room
     rows = [Row(path) for path in notebooks]
     bar = _Progress(len(rows), progress)
     lock = threading.Condition()
