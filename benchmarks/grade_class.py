@@ -9,11 +9,14 @@ wall time − unsandboxed wall time) × jobs ÷ notebooks, the time a core spend
 Target (exit status 0 if it holds): the sandboxed class in at most ``--target`` seconds (default 150).
 Other processes on the machine disturb the figures: run it on a quiet machine.
 
-Run:  python benchmarks/grade_class.py [--notebooks 30] [--rounds 2] [--jobs 2]
+Run:  python benchmarks/grade_class.py [--notebooks 30] [--rounds 2] [--jobs 2] [--out docs/grading/class.json]
 """
 
 import argparse
 import csv
+import datetime
+import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -74,7 +77,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--target", type=float, default=150.0)
+    parser.add_argument("--out", type=pathlib.Path, help="write the run's record here, as JSON")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     print(describe())
     times: dict[bool, list[float]] = {True: [], False: []}
     with tempfile.TemporaryDirectory(prefix="sgrad-class-") as scratch:
@@ -97,6 +102,15 @@ def main() -> int:
           f"median {statistics.median(cost):.2f} s")
     held = statistics.median(times[True]) <= args.target
     print(f"target: the sandboxed class in at most {args.target:.0f} s: {'holds' if held else 'MISSED'}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({
+            "command": f"python benchmarks/grade_class.py --notebooks {args.notebooks} --rounds {args.rounds} "
+                       f"--jobs {args.jobs}",
+            "machine": f"{describe()}; {os.cpu_count()} cores", "date": datetime.date.today().isoformat(),
+            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)], "notebooks": args.notebooks,
+            "jobs": args.jobs, "sandboxed_seconds": times[True], "unsandboxed_seconds": times[False],
+            "target_seconds": args.target}, indent=1) + "\n")
     return 0 if held else 1
 
 

@@ -367,6 +367,23 @@ def dni_pytorch_more(_: str) -> str:
 # --- the README ----------------------------------------------------------------------------------------
 
 
+@table("grade-class")
+def grade_class(_: str) -> str:
+    """A class graded with and without the sandbox, from ``benchmarks/grade_class.py --out``."""
+    record = read_json("docs/grading/class.json")
+    sandboxed, bare = record["sandboxed_seconds"], record["unsandboxed_seconds"]
+    cost = [(s - b) * record["jobs"] / record["notebooks"] for s, b in zip(sandboxed, bare)]
+    lines = [f"| grading, {record['notebooks']} notebooks, `--jobs {record['jobs']}` | "
+             + " | ".join(f"round {n + 1}" for n in range(len(sandboxed))) + " | median |",
+             "|---|" + "---:|" * (len(sandboxed) + 1)]
+    for label, times in (("in the sandbox", sandboxed), ("`--no-sandbox`", bare)):
+        lines.append(f"| {label} | " + " | ".join(f"{t:.1f} s" for t in times) + f" | {statistics.median(times):.1f} s |")
+    lines.append("| the sandbox's cost per notebook, a core's time | " + " | ".join(f"{c:.2f} s" for c in cost)
+                 + f" | {statistics.median(cost):.2f} s |")
+    return "\n".join(lines) + (f"\n\n`{record['command']}` on {record['date']}: {record['machine']}; load average "
+                                f"{record['load_average'][0]} before, {record['load_average'][1]} after.")
+
+
 def notebook_time(seconds_taken: float) -> str:
     return f"{seconds_taken:.0f} s" if seconds_taken < 90 else f"{seconds_taken / 60:.1f} min"
 
