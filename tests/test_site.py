@@ -382,8 +382,8 @@ def test_a_chapter_shows_its_full_size_run_and_nothing_of_the_machine_that_ran_i
 
 
 # Text that should have been rendered as something else: a Markdown table printed as text (a line that starts and
-# ends with "|", anywhere but in code the reader reads as code), reStructuredText's double backticks, and (in a
-# chapter) a TeX subscript outside the maths.
+# ends with "|", anywhere but in code the reader reads as code), reStructuredText's double backticks, and a TeX
+# subscript outside the maths.
 UNRENDERED = r"""() => {
   const article = document.querySelector('article') || document.body;
   const shown = article.cloneNode(true);
@@ -405,7 +405,7 @@ UNRENDERED = r"""() => {
 
 
 @pytest.mark.parametrize("path", PAGES)
-def test_no_page_shows_a_raw_table_or_double_backticks_and_no_chapter_a_tex_subscript(browser, server, path):
+def test_no_page_shows_a_raw_table_double_backticks_or_a_tex_subscript(browser, server, path):
     page = open_page(browser, server, path)
     try:
         found = page.evaluate(UNRENDERED)
@@ -413,8 +413,7 @@ def test_no_page_shows_a_raw_table_or_double_backticks_and_no_chapter_a_tex_subs
         page.close()
     assert not found["tables"], f"{path}: a table printed as text: {found['tables'][:3]}"
     assert not found["backticks"], f"{path}: literal double backticks: {found['backticks'][:3]}"
-    if path in CHAPTERS:
-        assert not found["subscripts"], f"{path}: TeX subscripts outside the maths: {found['subscripts'][:5]}"
+    assert not found["subscripts"], f"{path}: TeX subscripts outside the maths: {found['subscripts'][:5]}"
 
 
 # The homework's methods (notebook 07), each under the class a student subclasses.
