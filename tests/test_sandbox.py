@@ -213,15 +213,17 @@ def test_a_classmates_folder_and_the_sgrad_source_are_invisible(token, tmp_path)
     for student in ("alice", "bob"):
         (tmp_path / student).mkdir()
         (tmp_path / student / "07_homework.ipynb").write_text(f"{student}'s answers")
-    code = ("import json, os, sys; print(json.dumps({path: os.path.exists(path) for path in sys.argv[1:]}))")
+    code = ("import json, os, sys; print(json.dumps([{path: os.path.exists(path) for path in sys.argv[2:]}, "
+            "os.listdir(sys.argv[1]) if os.path.isdir(sys.argv[1]) else []]))")
     paths = ["/home/student/work/07_homework.ipynb", str(tmp_path / "bob" / "07_homework.ipynb"),
-             str(tmp_path / "bob"), str(SOURCE / "sgrad" / "__init__.py"), str(SOURCE)]
+             str(tmp_path / "bob"), str(SOURCE / "sgrad" / "__init__.py"), str(SOURCE / "sgrad")]
     with sandbox(token, rw_binds=[(str(tmp_path / "alice"), "/home/student/work")]) as box:
-        seen = subprocess.run(box.command(["python", "-c", code, *paths]), capture_output=True, text=True,
-                              timeout=TIMEOUT)
+        seen = subprocess.run(box.command(["python", "-c", code, str(SOURCE), *paths]), capture_output=True,
+                              text=True, timeout=TIMEOUT)
         imported = run(box, "import sgrad")
-    assert json.loads(seen.stdout) == {paths[0]: True, paths[1]: False, paths[2]: False, paths[3]: False,
-                                       paths[4]: False}
+    exists, checkout = json.loads(seen.stdout)
+    assert exists == {paths[0]: True, paths[1]: False, paths[2]: False, paths[3]: False, paths[4]: False}
+    assert set(checkout) == on_the_way(SOURCE)  # nothing of the checkout but the way to a bound venv inside it
     assert imported.returncode == 1 and "No module named 'sgrad'" in imported.stderr
 
 
