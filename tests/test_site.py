@@ -383,7 +383,8 @@ def test_a_chapter_shows_its_full_size_run_and_nothing_of_the_machine_that_ran_i
 
 # Text that should have been rendered as something else: a Markdown table printed as text (a line that starts and
 # ends with "|", anywhere but in code the reader reads as code), reStructuredText's double backticks, and a TeX
-# subscript outside the maths.
+# subscript outside the maths (but on the API page: a docstring writes its formulas as plain text, for a reader
+# of the source).
 UNRENDERED = r"""() => {
   const article = document.querySelector('article') || document.body;
   const shown = article.cloneNode(true);
@@ -413,7 +414,8 @@ def test_no_page_shows_a_raw_table_double_backticks_or_a_tex_subscript(browser, 
         page.close()
     assert not found["tables"], f"{path}: a table printed as text: {found['tables'][:3]}"
     assert not found["backticks"], f"{path}: literal double backticks: {found['backticks'][:3]}"
-    assert not found["subscripts"], f"{path}: TeX subscripts outside the maths: {found['subscripts'][:5]}"
+    if path != "docs/api.html":
+        assert not found["subscripts"], f"{path}: TeX subscripts outside the maths: {found['subscripts'][:5]}"
 
 
 # The homework's methods (notebook 07), each under the class a student subclasses.
