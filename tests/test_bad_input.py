@@ -19,11 +19,10 @@ from strategies import draws, float_dtypes, indices, matrix_sides, non_finite, o
 
 import data_gen
 from data_gen.mnist import MnistNotFoundError, load_mnist, prepare_mnist
-from sgrad import (DNI, Activation, Adam, BatchNorm, DNIBlock, Layer, LinearGenerator, MLPGenerator, Momentum,
-                   Sequential, SyntheticLossGenerator, bce_with_logits, dense_block, mse, softmax,
-                   softmax_cross_entropy)
-from sgrad.losses import get_loss
-from sgrad.optimizers import get_update_rule
+from sgrad import (DNI, Activation, Adam, BatchNorm, DNIBlock, Layer, LinearGenerator, MLPGenerator, Momentum, Sequential,
+                   SyntheticLossGenerator, bce_with_logits, dense_block, mse, softmax, softmax_cross_entropy)
+from sgrad.nn.losses import get_loss
+from sgrad.nn.optimizers import get_update_rule
 
 SGRAD = Path(sys.executable).parent / "sgrad"
 BATCH = 4

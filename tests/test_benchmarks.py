@@ -242,9 +242,9 @@ def test_the_peer_adapters_per_sequence_step_descends_the_sum_of_each_steps_own_
     """sequence_step's one step is -α Σ_t dL_t/dθ with s_{t-1} held: checked by central differences."""
     bp_lambda_peer = pytest.importorskip("bp_lambda_peer")
     from sgrad import Layer
-    from sgrad.losses import bce_with_logits
-    from sgrad.recurrent import LSTM
-    from sgrad.tbptt import window_loss
+    from sgrad.nn.losses import bce_with_logits
+    from sgrad.recurrent.layers import LSTM
+    from sgrad.recurrent.tbptt import window_loss
 
     rng = np.random.default_rng(1)
     x, y, mask = bp_lambda_peer.copy_repeat_batch(1, 2, rng, batch=3)

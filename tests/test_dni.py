@@ -1,4 +1,4 @@
-"""DNI (sgrad/dni.py): the decoupled step ``synthetic_step``, the blog's ``DNI`` layer and ``DNIBlock``.
+"""DNI (sgrad/dni/decoupled.py): the decoupled step ``synthetic_step``, the blog's ``DNI`` layer and ``DNIBlock``.
 
 ``synthetic_step`` is the DNI step written once, so each behaviour of the step is specified on it, for a
 Layer and for a Linear→BatchNorm→ReLU block: the forward pass, ĝ = M(h, c), the input delta δ computed
@@ -8,7 +8,7 @@ give it bit for bit, and a refused step leaves everything as it was.  ``DNI`` an
 by what they add: they run that step with their own alpha and keep ĝ, they train their generator with
 generator_alpha (also on a late target, with the batch's h), they check a generator when it is attached, and
 DNI's blog-style construction.  The last section runs the step over a convolutional block, whose h and ĝ are
-feature maps.  Stacks of DNI layers (sgrad.steps) are in test_steps.py.
+feature maps.  Stacks of DNI layers (sgrad.dni.steps) are in test_steps.py.
 
 The batch-size rule and train/eval over a DNI's tree are in test_module.py; bad arguments shared by the
 whole public API (a cDNI without its condition, widths, NaN...) in test_bad_input.py.
@@ -26,11 +26,11 @@ from strategies import (MODULE_KINDS, batches, booleans, condition_dims, dtypes,
                         update_rules, widths)
 
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, MLPGenerator, dense_block, synthetic_step
-from sgrad.batchnorm import BatchNorm
-from sgrad.conv import conv_block
-from sgrad.dni import synthetic_update
-from sgrad.generators import ConvGenerator
-from sgrad.kernels import dense_forward
+from sgrad.dni.decoupled import synthetic_update
+from sgrad.dni.generators import ConvGenerator
+from sgrad.nn.batchnorm import BatchNorm
+from sgrad.nn.conv import conv_block
+from sgrad.nn.kernels import dense_forward
 
 BATCH, IN, OUT, CONDITION = 6, 4, 5, 3
 ALPHA = 0.1

@@ -1,4 +1,4 @@
-"""The Module tree (sgrad/module.py): children and the submodules() walk, train/eval, the batch-size rule,
+"""The Module tree (sgrad/nn/module.py): children and the submodules() walk, train/eval, the batch-size rule,
 which arrays a module owns (own_parameters, buffers) against what it offers to train (parameters), and the two
 operations on a whole tree: restored_on_error and running_averages_kept.
 """
@@ -10,8 +10,8 @@ import pytest
 from conftest import assert_same_state, tree_state
 
 from sgrad import DNI, Activation, BatchNorm, DNIBlock, Layer, MLPGenerator, SyntheticLossGenerator, dense_block
-from sgrad.generators import Generator
-from sgrad.module import restored_on_error, running_averages_kept
+from sgrad.dni.generators import Generator
+from sgrad.nn.module import restored_on_error, running_averages_kept
 
 BATCH = 4
 

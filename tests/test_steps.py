@@ -1,4 +1,4 @@
-"""The training steps of a stack (sgrad.steps): true gradients, targets bootstrapped or given, oracle generators that
+"""The training steps of a stack (sgrad.dni.steps): true gradients, targets bootstrapped or given, oracle generators that
 make DNI backprop, and each step as the layers' public calls.  (Recurrent layers' truncated BPTT: test_tbptt.py.)"""
 
 
@@ -8,12 +8,12 @@ from conftest import RecordingGenerator, assert_same_state, random_batch, tree_s
 
 import sgrad
 from data_gen import generate_split
-from sgrad.experiments.binary_addition import TrainConfig, build_network
-from sgrad.losses import bce_with_logits, mse, softmax_cross_entropy
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, SyntheticLossGenerator, dense_block
-from sgrad.kernels import dense_backward, dense_forward
-from sgrad.steps import (backprop_step, dni_step, forward_all, synthetic_loss_step, true_gradients,
-                         true_gradients_at_outputs)
+from sgrad.dni.steps import (backprop_step, dni_step, forward_all, synthetic_loss_step, true_gradients,
+                             true_gradients_at_outputs)
+from sgrad.experiments.binary_addition import TrainConfig, build_network
+from sgrad.nn.kernels import dense_backward, dense_forward
+from sgrad.nn.losses import bce_with_logits, mse, softmax_cross_entropy
 
 SMALL = TrainConfig(batch_size=16, alpha=0.01, generator_alpha=0.01, hidden=(32, 32), seed=0)
 
@@ -173,7 +173,7 @@ class OracleGenerator:
         return 0.0
 
 
-# --- stacks of DNI layers (sgrad.steps) -------------------------------------------------------
+# --- stacks of DNI layers (sgrad.dni.steps) -------------------------------------------------------
 
 
 @pytest.mark.parametrize("update_rule", ["sgd", "adam"])
@@ -255,7 +255,7 @@ def test_each_generator_regresses_onto_what_the_layer_above_returned():
 
 def test_dni_step_equals_each_layers_public_calls():
     # dni_step is the layers' public calls in the order of the paper's algorithm, nothing more.
-    from sgrad.losses import softmax_cross_entropy
+    from sgrad.nn.losses import softmax_cross_entropy
 
     rng = np.random.default_rng(0)
     x, y = rng.random((8, 4)), np.eye(3)[rng.integers(0, 3, 8)]

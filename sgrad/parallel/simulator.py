@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from ..validation import check_choice, check_integer, check_number
+from ..argument_checks import check_choice, check_integer, check_number
 from .schedules import SCHEDULES
 from .worker import split_layers
 
