@@ -95,7 +95,7 @@ def trained_dni(condition_dim=0):
 
 
 def dni_after_forward():
-    """A trained DNI that has just run forward, as the top layer of a stack does before normal_update."""
+    """A trained DNI that has just run forward, as the top layer of a stack does before update_from_true_gradient."""
     layer = trained_dni()
     layer.forward(rows(BATCH, 3, seed=5))
     return layer
@@ -200,7 +200,7 @@ CALLS = [
          ValueError, "target must have shape (batch, 2)", "got shape (4, 3)"),
     case("dni-nan-target", trained_dni, lambda m: m.update_synthetic_weights(with_value(rows(BATCH, 2), np.nan)),
          ValueError, "target holds NaN or inf"),
-    case("dni-true-gradient-of-wrong-shape", dni_after_forward, lambda m: m.normal_update(rows(BATCH, 3)),
+    case("dni-true-gradient-of-wrong-shape", dni_after_forward, lambda m: m.update_from_true_gradient(rows(BATCH, 3)),
          ValueError, "output_delta must have shape (batch, 2)"),
     # DNIBlock
     case("dni-block-batch-of-one-under-batch-norm", trained_dni_block,

@@ -592,7 +592,7 @@ def test_dni_update_lowers_the_linearised_loss_and_the_blogs_sign_raises_it():
     assert surrogate(blog_weights) > surrogate(w0) + 1e-6
 
 
-def test_normal_update_backpropagates_the_true_gradient_and_steps_with_alpha():
+def test_update_from_true_gradient_backpropagates_the_true_gradient_and_steps_with_alpha():
     """The blog's top-layer step: the input delta from the pre-update weights, then one step with alpha."""
     layer = _dni(condition_dim=0)
     x, g = _x(), _x(7, width=OUT)
@@ -603,7 +603,7 @@ def test_normal_update_backpropagates_the_true_gradient_and_steps_with_alpha():
     reference.update(layer.alpha)
 
     layer.forward(x)
-    delta = layer.normal_update(g)
+    delta = layer.update_from_true_gradient(g)
 
     np.testing.assert_array_equal(delta, expected_delta)
     np.testing.assert_array_equal(layer.weights, reference.weights)

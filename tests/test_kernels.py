@@ -1,7 +1,7 @@
 """The plain kernels of sgrad/nn/kernels.py that no class checks through its own backward pass.
 
 The dense-layer and linear kernels are checked through Layer (test_layer.py) and evaluation-mode batch norm's
-``affine_backward`` through BatchNorm (test_batchnorm.py).  Training-mode BatchNorm runs the in-place twin
+``batchnorm_eval_backward`` through BatchNorm (test_batchnorm.py).  Training-mode BatchNorm runs the in-place twin
 ``fast.batchnorm_backward``; the plain ``batchnorm_backward`` it is tested against (test_fast.py) gets its
 own gradient check here.  One RNN or LSTM step is checked here by itself; the layers of sgrad/recurrent/layers.py,
 which run the steps over a window, are checked in test_recurrent.py.  So are the windows that convolution and

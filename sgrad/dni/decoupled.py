@@ -211,8 +211,9 @@ class DNI(DecoupledModule, Layer):
     def children(self) -> dict[str, Any]:
         return {"generator": self.generator}
 
-    def normal_update(self, true_gradient: np.ndarray) -> np.ndarray | None:
-        """The blog's top-layer step: backprop ``true_gradient`` (dL/dh), descend, return the input delta.
+    def update_from_true_gradient(self, true_gradient: np.ndarray) -> np.ndarray | None:
+        """The blog's top-layer step (its ``normal_update``): backprop ``true_gradient`` (dL/dh), descend at ``alpha``,
+        return the input delta.
 
         The returned delta uses the pre-update weights.
         """

@@ -79,7 +79,7 @@ class BatchNorm(Module):
             raise ValueError("backward() needs a forward pass first; call forward(x)")
         x_hat, inv_std, training = self._cache
         argument_checks.check_same_shape(output_delta, "output_delta", x_hat, "the last output")
-        backward = fast_kernels.batchnorm_backward if training else kernels.affine_backward
+        backward = fast_kernels.batchnorm_backward if training else kernels.batchnorm_eval_backward
         dx, dgamma, dbeta = backward(output_delta, x_hat, inv_std, self.gamma)
         self.gradients = {"gamma": dgamma, "beta": dbeta}
         return dx if input_delta else None

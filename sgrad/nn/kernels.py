@@ -94,8 +94,8 @@ def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray,
     return dx, dgamma, dbeta
 
 
-def affine_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, gamma: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def batchnorm_eval_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, gamma: np.ndarray
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Backward of evaluation-mode batch norm, ``out = gamma * (x - running_mean) * inv_std + beta``.
 
     The running statistics are constants, so it is an elementwise affine map:
