@@ -162,7 +162,7 @@ def test_the_library_below_the_experiments_takes_only_the_argument_checks_from_d
     imported = {p.name: line.strip() for p in below for line in p.read_text().splitlines()
                 if line.lstrip().startswith(("import data_gen", "from data_gen"))}
     assert imported == {"argument_checks.py": "from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, "
-                                         "check_integer, make_rng"}
+                                              "check_integer, make_rng"}
 
 
 def test_import_sgrad_loads_neither_matplotlib_nor_the_datasets():

@@ -63,7 +63,7 @@ def synthetic_update(module: Any, generator: Any, h: np.ndarray, condition: np.n
     _check_step(generator, h, condition, input_delta)
     g_hat = generator.forward(h, condition)                      # 2. ĝ_k = M_k(h_k, c)
     argument_checks.check_same_shape(g_hat, "the generator's synthetic gradient", h, "this layer's output",
-                                same_dtype=True)  # refused before anything steps
+                                     same_dtype=True)  # refused before anything steps
     delta = module.backward(g_hat, input_delta=input_delta)      # 3. δ_{k-1}, and ĝ_k's gradients of θ_k
     module.update(alpha)                                         # 4. descend on ĝ_k at once
     return delta, g_hat                                          # 5. δ_{k-1} from the parameters before step 4

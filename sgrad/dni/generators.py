@@ -258,7 +258,7 @@ class SyntheticLossGenerator(MLPGenerator):
     def __init__(self, output_dim: int, condition_dim: int = 0, *, initial_loss: float = float(np.log(2.0)),
                  **options: Any) -> None:
         initial_loss = argument_checks.check_number(initial_loss, "initial_loss", above=0,
-                                               example="2.3026 (ln 10, a uniform guess among 10 classes)")
+                                                    example="2.3026 (ln 10, a uniform guess among 10 classes)")
         super().__init__(output_dim, condition_dim, prediction_dim=1, **options)
         # softplus⁻¹(ℓ) = ℓ + log(1 - exp(-ℓ)), written so that it neither overflows nor loses small ℓ.
         self.net.modules[-1].bias[...] = initial_loss + np.log(-np.expm1(-initial_loss))

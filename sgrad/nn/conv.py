@@ -110,8 +110,8 @@ class Conv2d(WeightsAndBias):
         kernel_height, kernel_width = self.kernel_size
         fan_in = self.in_channels * kernel_height * kernel_width
         argument_checks.check_bytes(fan_in * self.out_channels * self.dtype.itemsize,
-                               f"the weights of Conv2d({self.in_channels}, {self.out_channels}, "
-                               f"{kernel_height}x{kernel_width})", "use fewer channels or a smaller kernel")
+                                    f"the weights of Conv2d({self.in_channels}, {self.out_channels}, "
+                                    f"{kernel_height}x{kernel_width})", "use fewer channels or a smaller kernel")
         matrix = initialize(init, (fan_in, self.out_channels), rng, self.dtype)  # (fan_in, fan_out), as for a Layer
         self.weights = np.ascontiguousarray(matrix.T.reshape(self.out_channels, self.in_channels, *self.kernel_size))
         self.bias = np.zeros(self.out_channels, dtype=self.dtype) if argument_checks.check_bool(bias, "bias") else None
@@ -212,7 +212,7 @@ class MaxPool2d(NothingToLearn):
         if not argument_checks.check_bool(input_delta, "input_delta"):
             return None
         return fast_kernels.maxpool2d_backward(output_delta, self.input, self.output, self.kernel_size, self.stride,
-                                       self.padding)
+                                               self.padding)
 
     def __repr__(self) -> str:
         return f"MaxPool2d(kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding})"

@@ -92,7 +92,7 @@ class LambdaReturn(BoundaryTargets):
 
     def __init__(self, lam: float) -> None:
         self.lam = argument_checks.check_number(lam, "λ (lam, the weight of each longer target)", at_least=0, at_most=1,
-                                           example="0.5")
+                                                example="0.5")
 
     def target(self, boundary: Any) -> np.ndarray:
         if self.lam == 0:

@@ -109,4 +109,4 @@ def _check(core, d_outputs, d_last_state):
                          f"(batch, time, hidden_dim); got shape {d_outputs.shape}")
     if d_last_state is not None:
         argument_checks.check_same_shape(d_last_state, "d_last_state (ĝ = [ĝ_h, ĝ_c])", core.last_state,
-                                    "the core's last state [h_T, c_T]")
+                                         "the core's last state [h_T, c_T]")

@@ -120,8 +120,8 @@ class Recurrent(OwnParameters):
         rng = argument_checks.make_rng(seed, rng)
         width = self.gates * self.hidden_dim
         argument_checks.check_bytes((self.input_dim + self.hidden_dim) * width * self.dtype.itemsize,
-                               f"the weights of {type(self).__name__}({self.input_dim}, {self.hidden_dim})",
-                               "use a smaller input_dim or hidden_dim")
+                                    f"the weights of {type(self).__name__}({self.input_dim}, {self.hidden_dim})",
+                                    "use a smaller input_dim or hidden_dim")
         self.weights_x = initialize(init, (self.input_dim, width), rng, self.dtype)
         self.weights_h = initialize(init, (self.hidden_dim, width), rng, self.dtype)
         self.bias = np.zeros(width, dtype=self.dtype)

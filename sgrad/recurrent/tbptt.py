@@ -226,4 +226,4 @@ def _check_generator(generator, core, start):
     if isinstance(generator, Module):
         generator.check_batch_size(start.shape[0])
     argument_checks.check_same_shape(generator.predict(start), "the generator's synthetic gradient", start,
-                                "the core's state", same_dtype=True)
+                                     "the core's state", same_dtype=True)
