@@ -263,7 +263,7 @@ def test_the_parallel_engine_runs_the_dni_step_of_sgrad_dni_and_has_none_of_its_
     files = sorted((ROOT / "parallel").glob("*.py"))
     assert [line for path in files for line in dni_maths(path)] == []
     schedules = (ROOT / "parallel" / "schedules.py").read_text()
-    assert ".synthetic_update(" in schedules and ".update_synthetic_weights(" in schedules
+    assert ".update_from_synthetic_gradient(" in schedules and ".update_generator(" in schedules
 
 
 def test_the_scan_for_dni_maths_finds_it_where_it_is():

@@ -258,10 +258,10 @@ def test_no_callable_of_the_edition_computes_a_dense_layers_backward_and_sgrads_
     assert {"sgrad.nn.kernels.linear_backward", "sgrad.nn.kernels.dense_backward", "sgrad.nn.kernels.rnn_step_backward",
             "sgrad.nn.kernels.conv2d_backward", "sgrad.nn.fast_kernels.conv2d_input_delta", "sgrad.nn.layers.Layer.backward",
             "sgrad.nn.blocks.Sequential.backward", "sgrad.nn.conv.Conv2d.backward",
-            "sgrad.dni.decoupled.DecoupledModule.forward_and_synthetic_update",
-            "sgrad.dni.decoupled.DecoupledModule.synthetic_update",
-            "sgrad.dni.decoupled.DecoupledModule.update_synthetic_weights",
-            "sgrad.dni.decoupled.synthetic_step", "sgrad.dni.decoupled.synthetic_update",
+            "sgrad.dni.decoupled.DecoupledModule.forward_and_update",
+            "sgrad.dni.decoupled.DecoupledModule.update_from_synthetic_gradient",
+            "sgrad.dni.decoupled.DecoupledModule.update_generator",
+            "sgrad.dni.decoupled.synthetic_step", "sgrad.dni.decoupled.update_module_from_synthetic_gradient",
             "sgrad.dni.generators.Generator.update"} <= set(on_sgrad["found"])
     # the search reached the edition's code: its forward passes, steps, losses and gradient tools ran
     assert {"sgrad.nn.kernels.linear_forward", "sgrad.nn.kernels.dense_forward", "sgrad.nn.kernels.conv2d_forward",

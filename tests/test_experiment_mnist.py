@@ -301,7 +301,7 @@ def test_before_the_nonlinearity_each_block_ends_at_its_batch_norm_and_its_relu_
     assert layers[2].modules[1].bias is None  # the logits' batch norm shifts them
     rng = np.random.default_rng(0)
     x = rng.random((TINY.batch_size, 20), dtype=np.float32)
-    _, u = layers[0].forward_and_synthetic_update(x, input_delta=False)
+    _, u = layers[0].forward_and_update(x, input_delta=False)
     assert (u < 0).mean() > 0.3  # the generator sees BN(z), negative values and all
     logits = layers[2].forward(layers[1].forward(u))
     np.testing.assert_allclose(logits.mean(axis=0), 0.0, atol=1e-5)

@@ -218,7 +218,7 @@ def test_each_generator_regresses_onto_what_the_layer_above_returned():
     # Run the step by hand, keeping every returned delta and the top's pre-update weights.
     h, returned = x, []
     for layer in layers:
-        delta, h = layer.forward_and_synthetic_update(h)
+        delta, h = layer.forward_and_update(h)
         returned.append(delta)
     top_weights = top.weights.copy()
     top_output = top.forward(h)
@@ -227,7 +227,7 @@ def test_each_generator_regresses_onto_what_the_layer_above_returned():
     np.testing.assert_allclose(top.backward(g), true_gradient_at_h3, rtol=1e-13)
     top.update(0.05)
     for layer, target in zip(layers, returned[1:] + [true_gradient_at_h3]):
-        layer.update_synthetic_weights(target)
+        layer.update_generator(target)
 
     for k, layer in enumerate(layers[:-1]):
         np.testing.assert_array_equal(layer.generator.targets[-1], returned[k + 1])
@@ -267,12 +267,12 @@ def test_dni_step_equals_each_layers_public_calls():
 
     fast, slow = stack(), stack()
     loss, generator_losses = dni_step(fast, x, y, softmax_cross_entropy, 0.1, condition=y)
-    first, h = slow[0].forward_and_synthetic_update(x, y, input_delta=False)
-    second, h = slow[1].forward_and_synthetic_update(h, y)
+    first, h = slow[0].forward_and_update(x, y, input_delta=False)
+    second, h = slow[1].forward_and_update(h, y)
     expected, g = softmax_cross_entropy(slow[2].forward(h), y)
     top_delta = slow[2].backward(g)
     slow[2].update(0.1)
-    expected_generator_losses = [slow[0].update_synthetic_weights(second), slow[1].update_synthetic_weights(top_delta)]
+    expected_generator_losses = [slow[0].update_generator(second), slow[1].update_generator(top_delta)]
     assert first is None
     assert loss == expected and generator_losses == expected_generator_losses
     for a, b in zip(fast, slow):
@@ -302,13 +302,13 @@ def test_synthetic_loss_step_equals_each_blocks_public_calls_with_the_labels_for
 
     fast, slow = stack(), stack()
     loss, generator_losses = synthetic_loss_step(fast, x, y, 0.1)
-    first, h = slow[0].forward_and_synthetic_update(x, y, input_delta=False)
-    second, h = slow[1].forward_and_synthetic_update(h, input_delta=False)
+    first, h = slow[0].forward_and_update(x, y, input_delta=False)
+    second, h = slow[1].forward_and_update(h, input_delta=False)
     per_example, g = softmax_cross_entropy(slow[2].forward(h), y, reduction="none")
     slow[2].backward(g / len(x))
     slow[2].update(0.1)
-    expected_generator_losses = [slow[0].update_synthetic_weights(slow[1].generator.predicted_loss),
-                                 slow[1].update_synthetic_weights(per_example[:, None])]
+    expected_generator_losses = [slow[0].update_generator(slow[1].generator.predicted_loss),
+                                 slow[1].update_generator(per_example[:, None])]
     assert first is None and second is None
     assert loss == float(per_example.mean()) and generator_losses == expected_generator_losses
     assert np.abs(slow[0].synthetic_gradient).max() > 0 and np.abs(slow[1].synthetic_gradient).max() > 0

@@ -1,21 +1,31 @@
 """Decoupled Neural Interfaces: a module that updates itself from a synthetic gradient.
 
 One decoupled step of a module k, in the paper's notation, is :func:`synthetic_step`, whose
-first line is the forward pass and the rest :func:`synthetic_update`:
+first line is the forward pass and the rest :func:`update_module_from_synthetic_gradient`:
 
 1. ``h_k = f_k(h_{k-1})``                    forward
 2. ``ĝ_k = M_k(h_k, c)``                     predict dL/dh_k
 3. ``δ_{k-1} = ĝ_k ∂h_k/∂h_{k-1}``            backward, as if ĝ_k were dL/dh_k
-4. ``θ_k ← θ_k - α ĝ_k ∂h_k/∂θ_k``           update at once, without waiting for the layers above
+4. ``θ_k ← θ_k - α_k ĝ_k ∂h_k/∂θ_k``         update at once, at the module's own rate α_k, without waiting for the
+                                            layers above
 5. return ``δ_{k-1}``, computed with the parameters *before* step 4, as backprop would.
 
 Later, when module k+1 has done the same, its returned delta δ_k is the
-bootstrapped target for ``M_k``: ``update_synthetic_weights(δ_k)``.  Only the
-top of a stack computes a true gradient from the loss.
+bootstrapped target for ``M_k``, which takes one step towards it at the generator's
+own rate: :meth:`DecoupledModule.update_generator`.  Only the top of a stack computes
+a true gradient from the loss.
+
+Each act is named for what it changes: the module updates from ĝ
+(:meth:`~DecoupledModule.forward_and_update`, or
+:meth:`~DecoupledModule.update_from_synthetic_gradient` once ``forward`` has run), and
+the generator updates towards its target (:meth:`~DecoupledModule.update_generator`).
+The blog's :class:`DNI` keeps the blog's names for them too:
+``forward_and_synthetic_update`` and ``update_synthetic_weights``.
 
 The two halves serve every caller: a single process runs them back to back, and a
 pipeline's worker (:mod:`sgrad.parallel.schedules`) runs its whole stage forward
-first, to send h up sooner, then :meth:`DNIBlock.synthetic_update` for each block.
+first, to send h up sooner, then :meth:`DNIBlock.update_from_synthetic_gradient`
+for each block.
 
 :class:`DNI` is the blog's layer that does this; :class:`DNIBlock` does it for
 any block (e.g. Linear→BatchNorm→ReLU).  Both call :func:`synthetic_step`.
@@ -32,7 +42,7 @@ from ..nn.blocks import check_module
 from ..nn.layers import Layer
 from ..nn.module import Module, restored_on_error, running_averages_kept
 from ..nn.optimizers import UpdateRule
-from .generators import LinearGenerator
+from .generators import LinearGenerator, check_generator_interface
 
 
 def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.ndarray | None, alpha: float, *,
@@ -41,31 +51,34 @@ def synthetic_step(module: Any, generator: Any, x: np.ndarray, condition: np.nda
 
     x: (batch, input_dim), the module's input h_{k-1}, or (batch, channels, height, width) for a
     convolutional block.  condition: c, (batch, condition_dim) for a conditioned generator, else None.
-    Whatever is refused or raised before the update (bad input, a condition that does not fit, a ĝ
-    that :func:`synthetic_update` refuses, an error of either forward pass) leaves module and generator
-    as they were (:func:`~sgrad.nn.module.restored_on_error`).
+    alpha: the module's learning rate (the generator does not step here).  Whatever is refused or
+    raised before the update (bad input, a condition that does not fit, a ĝ that
+    :func:`update_module_from_synthetic_gradient` refuses, an error of either forward pass) leaves
+    module and generator as they were (:func:`~sgrad.nn.module.restored_on_error`).
     """
     with restored_on_error(module, generator):
         h = module.forward(x)                                    # 1. h_k = f_k(h_{k-1})
-        delta, g_hat = synthetic_update(module, generator, h, condition, alpha, input_delta=input_delta)  # 2. to 5.
+        delta, g_hat = update_module_from_synthetic_gradient(module, generator, h, condition, alpha,
+                                                             input_delta=input_delta)  # 2. to 5.
     return delta, h, g_hat
 
 
-def synthetic_update(module: Any, generator: Any, h: np.ndarray, condition: np.ndarray | None, alpha: float, *,
-                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
-    """Lines 2 to 5 of the step, once ``h = module.forward(x)`` has run; returns ``(δ, ĝ)``.
+def update_module_from_synthetic_gradient(module: Any, generator: Any, h: np.ndarray, condition: np.ndarray | None,
+                                          module_alpha: float, *, input_delta: bool = True
+                                          ) -> tuple[np.ndarray | None, np.ndarray]:
+    """Lines 2 to 5 of the step, once ``h = module.forward(x)`` has run: the module steps along ĝ; ``(δ, ĝ)``.
 
-    h: the module's output h_k, as its last forward pass made it.  δ is ĝ backpropagated through
-    the module with its pre-update parameters (``input_delta=False`` skips it and returns None, for
-    a module whose input is data).  ĝ of another shape or dtype than h, or holding NaN or inf, is
-    refused before anything steps.
+    h: the module's output h_k, as its last forward pass made it.  module_alpha: the module's learning
+    rate.  δ is ĝ backpropagated through the module with its pre-update parameters (``input_delta=False``
+    skips it and returns None, for a module whose input is data).  ĝ of another shape or dtype than h,
+    or holding NaN or inf, is refused before anything steps.  The generator only predicts here.
     """
     _check_step(generator, h, condition, input_delta)
     g_hat = generator.forward(h, condition)                      # 2. ĝ_k = M_k(h_k, c)
     argument_checks.check_same_shape(g_hat, "the generator's synthetic gradient", h, "this layer's output",
                                      same_dtype=True)  # refused before anything steps
     delta = module.backward(g_hat, input_delta=input_delta)      # 3. δ_{k-1}, and ĝ_k's gradients of θ_k
-    module.update(alpha)                                         # 4. descend on ĝ_k at once
+    module.update(module_alpha)                                  # 4. descend on ĝ_k at once
     return delta, g_hat                                          # 5. δ_{k-1} from the parameters before step 4
 
 
@@ -76,10 +89,7 @@ def _check_step(generator, h, condition, input_delta):
 
 def check_generator(generator: Any, output_dim: int, condition_dim: int) -> None:
     """Check that ``generator`` has the interface of :mod:`sgrad.dni.generators` and fits a module of ``output_dim``."""
-    missing = [name for name in ("forward", "update", "predict") if not callable(getattr(generator, name, None))]
-    if missing:
-        raise TypeError(f"generator must have methods forward, update and predict (see sgrad.dni.generators); "
-                        f"{type(generator).__name__} lacks {', '.join(missing)}")
+    check_generator_interface(generator)
     for name, expected in (("output_dim", output_dim), ("condition_dim", condition_dim)):
         got = getattr(generator, name, None)
         if got != expected:
@@ -91,6 +101,8 @@ class DecoupledModule(Module):
 
     The module's own ``forward``, ``backward`` and ``update`` are the step's lines 1, 3 and 4.
     ``generator`` is checked when it is attached (in the constructor, or by assigning another).
+    Two rates, each used by one act: ``alpha``, the module's, when it updates from ĝ; ``generator_alpha``,
+    the generator's, when it updates towards its target.
     """
 
     output_dim: int
@@ -116,9 +128,9 @@ class DecoupledModule(Module):
         check_generator(generator, self.output_dim, self.condition_dim)
         vars(self)["generator"] = generator
 
-    def forward_and_synthetic_update(self, input: np.ndarray, condition: np.ndarray | None = None, *,
-                                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
-        """Forward, predict ĝ = M(h, c), descend on ĝ, and return ``(input_delta, output)``.
+    def forward_and_update(self, input: np.ndarray, condition: np.ndarray | None = None, *,
+                           input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """The module's step: forward, predict ĝ = M(h, c), descend on ĝ at ``alpha``; ``(input_delta, output)``.
 
         input: (batch, input_dim).  condition: (batch, condition_dim) for a cDNI,
         else None.  ``input_delta`` is ĝ backpropagated through this layer with
@@ -130,21 +142,21 @@ class DecoupledModule(Module):
                                                                 input_delta=input_delta)
         return delta, output
 
-    def synthetic_update(self, h: np.ndarray, condition: np.ndarray | None = None, *,
-                         input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
-        """The step's second half, once ``h = forward(input)`` has run: ĝ = M(h, c), δ, the update; ``(δ, ĝ)``.
+    def update_from_synthetic_gradient(self, h: np.ndarray, condition: np.ndarray | None = None, *,
+                                       input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """The module's step after ``h = forward(input)`` has run: ĝ = M(h, c), δ, the update at ``alpha``; ``(δ, ĝ)``.
 
-        ``forward`` then ``synthetic_update`` is :meth:`forward_and_synthetic_update`, bit for bit; a
+        ``forward`` then ``update_from_synthetic_gradient`` is :meth:`forward_and_update`, bit for bit; a
         pipeline's worker runs its stage forward first.  A refused ĝ changes nothing.
         """
         with restored_on_error(self):
-            delta, self.synthetic_gradient = synthetic_update(self, self.generator, h, condition, self.alpha,
-                                                              input_delta=input_delta)
+            delta, self.synthetic_gradient = update_module_from_synthetic_gradient(
+                self, self.generator, h, condition, self.alpha, input_delta=input_delta)
         return delta, self.synthetic_gradient
 
-    def update_synthetic_weights(self, target: np.ndarray, *, h: np.ndarray | None = None,
-                                 condition: np.ndarray | None = None) -> float:
-        """One descent step of the generator towards ``target``; returns its regression loss.
+    def update_generator(self, target: np.ndarray, *, h: np.ndarray | None = None,
+                         condition: np.ndarray | None = None) -> float:
+        """One descent step of the generator towards ``target``, at ``generator_alpha``; returns its regression loss.
 
         target: (batch, output_dim), what the layer above returned (or the true gradient dL/dh,
         for the top DNI of a stack); a :class:`~sgrad.dni.generators.SyntheticLossGenerator` takes a
@@ -157,8 +169,8 @@ class DecoupledModule(Module):
             with running_averages_kept(self.generator):
                 self.generator.forward(h, condition)
         elif self.synthetic_gradient is None:
-            raise ValueError("update_synthetic_weights() needs a synthetic gradient to correct; "
-                             "call forward_and_synthetic_update(input) first")
+            raise ValueError("the generator's update needs a synthetic gradient to correct; call forward_and_update(input) "
+                             "first (forward_and_synthetic_update(input), the blog's name, on a DNI)")
         return self.generator.update(target, self.generator_alpha)
 
 
@@ -211,6 +223,16 @@ class DNI(DecoupledModule, Layer):
     def children(self) -> dict[str, Any]:
         return {"generator": self.generator}
 
+    def forward_and_synthetic_update(self, input: np.ndarray, condition: np.ndarray | None = None, *,
+                                     input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+        """The blog's name for :meth:`~DecoupledModule.forward_and_update`: the layer's step on ĝ."""
+        return self.forward_and_update(input, condition, input_delta=input_delta)
+
+    def update_synthetic_weights(self, target: np.ndarray, *, h: np.ndarray | None = None,
+                                 condition: np.ndarray | None = None) -> float:
+        """The blog's name for :meth:`~DecoupledModule.update_generator`: the generator's step towards ``target``."""
+        return self.update_generator(target, h=h, condition=condition)
+
     def update_from_true_gradient(self, true_gradient: np.ndarray) -> np.ndarray | None:
         """The blog's top-layer step (its ``normal_update``): backprop ``true_gradient`` (dL/dh), descend at ``alpha``,
         return the input delta.
@@ -228,9 +250,9 @@ class DNI(DecoupledModule, Layer):
 class DNIBlock(DecoupledModule):
     """Any block (e.g. :func:`sgrad.nn.blocks.dense_block`, Linear→BatchNorm→ReLU) decoupled by a generator.
 
-    Works as :class:`DNI` does: ``forward_and_synthetic_update(input, condition)``
+    Works as :class:`DNI` does: ``forward_and_update(input, condition)``
     runs the block, asks ``generator`` for ĝ = M(h, c), descends on it at once,
-    and returns ``(input_delta, output)``; ``update_synthetic_weights(target)``
+    and returns ``(input_delta, output)``; ``update_generator(target)``
     trains the generator.  ``forward``, ``backward``, ``update`` and ``predict``
     are the block's own.  The generator's target checks its shape: a
     :class:`~sgrad.dni.generators.SyntheticLossGenerator` takes a predicted loss of

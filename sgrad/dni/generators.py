@@ -40,6 +40,14 @@ from ..nn.module import Module
 from ..nn.nonlinearities import sigmoid
 
 
+def check_generator_interface(generator: Any) -> None:
+    """Refuse an object without a generator's methods ``forward``, ``update`` and ``predict`` (:class:`Generator`'s)."""
+    missing = [name for name in ("forward", "update", "predict") if not callable(getattr(generator, name, None))]
+    if missing:
+        raise TypeError(f"generator must have methods forward, update and predict (see sgrad.dni.generators); "
+                        f"{type(generator).__name__} lacks {', '.join(missing)}")
+
+
 def regression_loss(prediction: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
     """The generator's loss ``L_M = 1/(2 batch) * sum((prediction - target)**2)`` and its gradient dL_M/dprediction."""
     diff = prediction - target

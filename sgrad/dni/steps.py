@@ -42,7 +42,7 @@ def backprop_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: 
     return loss
 
 
-def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Loss, alpha: float, *,
+def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Loss, top_alpha: float, *,
              condition: np.ndarray | None = None,
              targets: Sequence[np.ndarray] | None = None) -> tuple[float, list[float]]:
     """One decoupled step of a stack whose hidden layers are DNI layers or blocks.
@@ -52,25 +52,28 @@ def dni_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, loss_fn: Loss,
     regresses onto δ_k, the delta that layer k+1 returned (bootstrapping: ĝ_{k+1}
     backpropagated one layer; the true dL/dh for the top generator), unless
     ``targets`` (one array per hidden layer, e.g. true gradients) is given.
+    Each rate is its owner's: ``top_alpha`` the top layer's; a hidden layer steps at its own ``alpha`` and
+    its generator at its ``generator_alpha``, both fixed when it was built.
     Returns ``(loss, generator_losses)``.
     """
     h = x
     deltas = []
     for k, layer in enumerate(layers[:-1]):
         # The bottom layer's input delta would have no generator to train: skip its matrix product.
-        delta, h = layer.forward_and_synthetic_update(h, condition, input_delta=k > 0)
+        delta, h = layer.forward_and_update(h, condition, input_delta=k > 0)
         deltas.append(delta)
     top = layers[-1]
     loss, g = loss_fn(top.forward(h), y)
     top_delta = top.backward(g)
-    top.update(alpha)
+    top.update(top_alpha)
     if targets is None:
         targets = deltas[1:] + [top_delta]
-    generator_losses = [layer.update_synthetic_weights(t) for layer, t in zip(layers[:-1], targets)]
+    generator_losses = [layer.update_generator(t) for layer, t in zip(layers[:-1], targets)]
     return loss, generator_losses
 
 
-def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, alpha: float) -> tuple[float, list[float]]:
+def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, top_alpha: float
+                        ) -> tuple[float, list[float]]:
     """One step of the synthetic-loss variant: every hidden block's generator predicts a loss ℓ̂.
 
     Each block descends ĝ = dL̂/dh at once.  The top layer learns from the
@@ -78,18 +81,19 @@ def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, alp
     onto block k+1's predicted loss, the last one onto the real per-example
     loss.  y: one-hot labels (batch, classes); a generator built with
     ``condition_dim > 0`` is given them as c, ℓ̂ = M(h, y), as a cDNI's is.
+    ``top_alpha`` is the top layer's rate; each block and its generator step at their own.
     Returns ``(mean loss, generator_losses)``.
     """
     h = x
     for layer in layers[:-1]:
         # The targets are predicted losses, not deltas: no block needs its input delta.
-        _, h = layer.forward_and_synthetic_update(h, y if layer.condition_dim else None, input_delta=False)
+        _, h = layer.forward_and_update(h, y if layer.condition_dim else None, input_delta=False)
     top = layers[-1]
     per_example, g = softmax_cross_entropy(top.forward(h), y, reduction="none")
     top.backward(g / len(x))
-    top.update(alpha)
+    top.update(top_alpha)
     targets = [layer.generator.predicted_loss for layer in layers[1:-1]] + [per_example[:, None]]
-    generator_losses = [layer.update_synthetic_weights(t) for layer, t in zip(layers[:-1], targets)]
+    generator_losses = [layer.update_generator(t) for layer, t in zip(layers[:-1], targets)]
     return float(per_example.mean()), generator_losses
 
 

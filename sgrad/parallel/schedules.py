@@ -27,11 +27,11 @@ with convergence guarantee")
 
 ``dni`` and ``cdni``, unlocked (the DNI step of :mod:`sgrad.dni.decoupled`, in its two halves)
     forward h_k = f_k(h_{k-1}) through the stage and send it up at once; then, block by block, the
-    step's second half, :meth:`~sgrad.dni.decoupled.DNIBlock.synthetic_update`: predict ĝ_j = M_j(h_j, c)
+    step's second half, :meth:`~sgrad.dni.decoupled.DNIBlock.update_from_synthetic_gradient`: predict ĝ_j = M_j(h_j, c)
     (cDNI: c = the labels), backpropagate it through the block (δ_{j-1}, with the weights before
     the step) and descend on it at once.  The bottom block's δ goes down as the target of the
     generator below; every other δ_{j-1} is the target of M_{j-1} in the same worker, which
-    regresses onto it at once (``update_synthetic_weights``), as M_n of the top stage's last block
+    regresses onto it at once (``update_generator``), as M_n of the top stage's last block
     does onto dL/dh_n from the top layer.  The stage's last block below the top gets its targets
     from the worker above: it keeps (h_n, c) of each batch until its target comes, and before it
     predicts batch t its generator regresses onto the targets that have come, waiting only for
@@ -157,7 +157,7 @@ class Decoupled:
             if j == len(w.blocks) - 1 and not w.is_top:
                 self.regress_late(through=t - 1 - w.plan.staleness, newest=t - 1)
             with w.timeline.record("dni"):  # update unlocked: ĝ_j now, not dL/dh_j later
-                delta, _ = block.synthetic_update(hs[j], condition, input_delta=not (w.is_bottom and j == 0))
+                delta, _ = block.update_from_synthetic_gradient(hs[j], condition, input_delta=not (w.is_bottom and j == 0))
             if j == 0:
                 w.send_down(t, delta)
             else:
@@ -172,7 +172,7 @@ class Decoupled:
         w = self.worker
         h, condition = again or (None, None)
         with w.timeline.record("update"):
-            w.blocks[j].update_synthetic_weights(target, h=h, condition=condition)
+            w.blocks[j].update_generator(target, h=h, condition=condition)
         w.stale_targets[late] = w.stale_targets.get(late, 0) + 1
 
     def regress_late(self, through: int, newest: int) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .. import argument_checks
-from ..dni.generators import SyntheticLossGenerator
+from ..dni.generators import SyntheticLossGenerator, check_generator_interface
 from ..nn.module import Module
 from .boundary_targets import ONE_WINDOW, BoundaryTargets, OneWindow
 from .eprop import eprop_backward
@@ -213,10 +213,7 @@ def _check_generator(generator, core, start):
     if isinstance(generator, SyntheticLossGenerator):
         raise TypeError("the generator at a window's boundary must predict a gradient (LinearGenerator, "
                         "MLPGenerator); a SyntheticLossGenerator predicts a loss")
-    missing = [name for name in ("forward", "update", "predict") if not callable(getattr(generator, name, None))]
-    if missing:
-        raise TypeError(f"generator must have methods forward, update and predict (see sgrad.dni.generators); "
-                        f"{type(generator).__name__} lacks {', '.join(missing)}")
+    check_generator_interface(generator)
     if getattr(generator, "output_dim", None) != core.state_dim:
         raise ValueError(f"the generator predicts the gradient of the core's state, so its output_dim must be the "
                          f"core's state_dim, {core.state_dim} ({type(core).__name__}); got "
