@@ -547,7 +547,7 @@ def test_sgrad_paper_run_again_with_more_iterations_resumes_a_cell_bit_identical
 
 # --- results that follow the code -------------------------------------------------------------------
 
-DNI_UPDATE = "    module.update(alpha)                                         # 4. descend on ĝ_k at once\n"
+DNI_UPDATE = "    module.update(module_alpha)                                  # 4. descend on ĝ_k at once\n"
 
 
 def test_sgrad_compare_after_an_edit_of_sgrad_starts_afresh_and_says_why(tmp_path):
