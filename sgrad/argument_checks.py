@@ -21,7 +21,7 @@ from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, chec
 __all__ = ["MAX_ARRAY_BYTES", "Seed", "check_array_type", "check_batch", "check_bool", "check_bytes", "check_choice",
            "check_condition", "check_feature_maps", "check_fits_dtype", "check_float_dtype", "check_integer",
            "check_labels", "check_learning_rate", "check_number", "check_record", "check_same_shape",
-           "check_trainable_dtype", "check_widths", "make_rng"]
+           "check_trainable_dtype", "check_widths", "damaged", "make_rng"]
 
 # ---------------------------------------------------------------- numbers and flags
 
@@ -306,3 +306,12 @@ def check_record(value: Any, template: Any, name: str) -> None:
             fail("a number")
     elif isinstance(template, str) and not isinstance(value, str):
         fail("a string")
+
+
+def damaged(path: Any, what: str, fix: str, error: type[ValueError] = ValueError) -> ValueError:
+    """The error for a file sgrad wrote that does not hold what it wrote (a checkpoint, a finished cell).
+
+    ``what`` says which field and why (:func:`check_record`'s message, for one); ``fix`` what to do with the
+    file; ``error`` the kind to raise (a checkpoint's is :class:`~sgrad.nn.checkpoint.CheckpointError`).
+    """
+    return error(f"{path} is damaged: {what}; {fix}")

@@ -28,13 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from ..argument_checks import check_integer, check_number
+from ..argument_checks import check_integer, check_number, damaged
 from ..atomic_files import atomic_write_text
 from ..parallel.local import LocalEngine
 from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, new_history, train_parallel
 from ..parallel.ray_engine import RayEngine, ray_session
 from ..parallel.timeline import Event
-from ..training.cell_cache import CellCache, damaged
+from ..training.cell_cache import TRAIN_AGAIN, CellCache
 from ..training.diverged import TrainingDiverged
 from ..training.results_folder import checkpoint_path, one_writer
 from ..training.resume import fingerprint
@@ -168,7 +168,7 @@ def _cached_run(path, record):
     if not all(str(lateness).isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
                for lateness, count in counts.items()):
         raise damaged(path, f"its 'stale_targets' must count late targets (whole numbers >= 0) by their lateness "
-                            f"(a whole number >= 0); got {counts!r}")
+                            f"(a whole number >= 0); got {counts!r}", TRAIN_AGAIN)
     return ParallelRun(record["history"], [Event(*(e[field] for field in Event._fields)) for e in record["timeline"]],
                        {int(lateness): count for lateness, count in counts.items()})
 

@@ -32,6 +32,7 @@ from .module import Module
 
 FORMAT = "sgrad-checkpoint"
 FORMAT_VERSION = 1
+START_AFRESH = "delete it to start afresh, or restore it from a copy"  # what to do with a damaged checkpoint
 _NETWORK, _EXTRA, _METADATA = "network.", "extra.", "metadata"
 
 Network = Any  # a layer or block (Layer, DNI, DNIBlock, Sequential, BatchNorm, ...), or a list of them
@@ -148,11 +149,6 @@ def load_checkpoint(path: PathLike, network: Network | None = None) -> Checkpoin
         except CheckpointError as error:
             raise CheckpointError(f"cannot load {path}: {error}") from None
     return checkpoint
-
-
-def damaged(path: PathLike, what: str) -> CheckpointError:
-    """The error for a checkpoint at ``path`` whose field is not what sgrad wrote; ``what`` says which and why."""
-    return CheckpointError(f"{path} is damaged: {what}; delete it to start afresh, or restore it from a copy")
 
 
 def _slots(network):

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..argument_checks import check_batch, check_choice, check_integer, check_labels, check_learning_rate, check_record
-from ..nn.checkpoint import damaged, load_network_state
+from ..argument_checks import (check_batch, check_choice, check_integer, check_labels, check_learning_rate, check_record,
+                               damaged)
+from ..nn.checkpoint import START_AFRESH, CheckpointError, load_network_state
 from ..training.batches import BatchOrder
 from ..training.diverged import TrainingDiverged
 from ..training.resume import resume_run, save_run
@@ -185,12 +186,12 @@ class Diagnostics:
         try:
             check_record(loop, {"timeline": [Event(0, "", 0, 0.0, 0.0)._asdict()], "stale_targets": {}}, "its 'loop'")
         except ValueError as error:
-            raise damaged(path, str(error)) from None
+            raise damaged(path, str(error), START_AFRESH, CheckpointError) from None
         counts = loop["stale_targets"]
         if not all(lateness.isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
                    for lateness, count in counts.items()):
             raise damaged(path, f"its loop's 'stale_targets' must count late targets (whole numbers >= 0) by their "
-                                f"lateness (a whole number >= 0); got {counts!r}")
+                                f"lateness (a whole number >= 0); got {counts!r}", START_AFRESH, CheckpointError)
         stale = {int(lateness): count for lateness, count in counts.items()}
         first, last = timeline_steps
         events = [Event(*(e[field] for field in Event._fields)) for e in loop["timeline"] if first <= e["step"] <= last]

@@ -13,11 +13,12 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
-from ..argument_checks import check_record
+from ..argument_checks import check_record, damaged
 from ..atomic_files import atomic_write_text
 from ..provenance import CHANGED, is_this_code, made_by
 
 CELLS_FOLDER = "cells"
+TRAIN_AGAIN = "delete it to train the cell again"  # what to do with a damaged cell
 
 
 class CellCache:
@@ -52,9 +53,9 @@ class CellCache:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise damaged(path, f"it is not JSON ({error})") from None
+            raise damaged(path, f"it is not JSON ({error})", TRAIN_AGAIN) from None
         if not isinstance(record, dict):
-            raise damaged(path, f"it holds a JSON {type(record).__name__}, not a cell (a JSON object)")
+            raise damaged(path, f"it holds a JSON {type(record).__name__}, not a cell (a JSON object)", TRAIN_AGAIN)
         if record.get("settings") != json.loads(json.dumps(settings)):
             return None  # made with other settings or data: train again
         if not is_this_code(record.get("code")):
@@ -65,7 +66,7 @@ class CellCache:
         try:
             check_record(record, result, "the cell")
         except ValueError as error:
-            raise damaged(path, str(error)) from None
+            raise damaged(path, str(error), TRAIN_AGAIN) from None
         self._say(f"{label} loaded from {self.out_dir}")
         return record
 
@@ -77,8 +78,3 @@ class CellCache:
     def _say(self, line):
         if self.progress is not None:
             self.progress(line)
-
-
-def damaged(path: pathlib.Path, what: str) -> ValueError:
-    """The error for a cell file at ``path`` that sgrad cannot read; ``what`` says why."""
-    return ValueError(f"{path} is damaged: {what}; delete it to train the cell again")

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ..argument_checks import check_record
-from ..nn.checkpoint import (Checkpoint, Network, PathLike, damaged, load_checkpoint, load_network_state,
-                             save_checkpoint)
+from ..argument_checks import check_record, damaged
+from ..nn.checkpoint import (START_AFRESH, Checkpoint, CheckpointError, Network, PathLike, load_checkpoint,
+                             load_network_state, save_checkpoint)
 from ..provenance import CHANGED, is_this_code, made_by
 from .batches import BatchOrder
 
@@ -94,35 +94,37 @@ def resume_run(path: PathLike | None, network: Network, run: dict, *, budget: in
 
 def _check_run_fields(path, checkpoint, batches, history, check_history):
     """Refuse a checkpoint of a loop whose fields do not hold what :func:`save_run` writes, before anything loads."""
+
+    def refuse(what):
+        return damaged(path, what, START_AFRESH, CheckpointError)
+
     metadata, order = checkpoint.metadata, checkpoint.extra.get("order")
     step = metadata.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise damaged(path, f"its 'step' must be a whole number >= 0; got {step!r}")
+        raise refuse(f"its 'step' must be a whole number >= 0; got {step!r}")
     try:
         probe = type(batches.rng.bit_generator)()
         probe.state = metadata.get("rng")
     except (TypeError, ValueError, KeyError) as error:
-        raise damaged(path, f"its 'rng' is not the state of a {type(probe).__name__} generator ({error})") from None
+        raise refuse(f"its 'rng' is not the state of a {type(probe).__name__} generator ({error})") from None
     try:
         check_record(metadata.get("history"), history, "its 'history'")
         check_record(metadata.get("loop"), {"position": 0, "losses": []}, "its 'loop'")
     except ValueError as error:
-        raise damaged(path, str(error)) from None
+        raise refuse(str(error)) from None
     if check_history is not None:
         try:
             check_history(metadata["history"])
         except (TypeError, ValueError, KeyError) as error:
-            raise damaged(path, f"its 'history' does not hold a state this experiment can carry on from ({error})"
-                          ) from None
+            raise refuse(f"its 'history' does not hold a state this experiment can carry on from ({error})") from None
     if not isinstance(order, np.ndarray) or order.ndim != 1 or order.dtype.kind not in "iu" or (
             len(order) and not np.array_equal(np.sort(order), np.arange(batches.examples))):
-        raise damaged(path, f"its batch 'order' must be a permutation of the {batches.examples} training examples "
-                            "(or empty)")
+        raise refuse(f"its batch 'order' must be a permutation of the {batches.examples} training examples (or empty)")
     position, losses = metadata["loop"]["position"], metadata["loop"]["losses"]
     if isinstance(position, bool) or not isinstance(position, int) or not 0 <= position <= len(order):
-        raise damaged(path, f"its loop's 'position' must be a whole number from 0 to {len(order)}; got {position!r}")
+        raise refuse(f"its loop's 'position' must be a whole number from 0 to {len(order)}; got {position!r}")
     if not all(value is not None and math.isfinite(value) for value in losses):
-        raise damaged(path, "its loop's 'losses' must be finite numbers")
+        raise refuse("its loop's 'losses' must be finite numbers")
 
 
 def _code_differences(code, ours):
