@@ -110,9 +110,7 @@ class Sequential(Module):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None."""
-        if self._stale:
-            raise ValueError("backward() after update(): the last forward pass used the old weights; "
-                             "call forward(input) again first")
+        self.check_not_stale("backward()", "forward(input)")
         delta: np.ndarray | None = output_delta
         for module in reversed(self.modules[1:]):
             delta = module.backward(delta)

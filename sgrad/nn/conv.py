@@ -146,9 +146,7 @@ class Conv2d(WeightsAndBias):
         """
         if self.output is None or self.input is None or self.columns is None:
             raise ValueError("backward() needs the output of a forward pass; call forward(x) first")
-        if self._stale:
-            raise ValueError("backward() after update(): the last forward pass used the old weights; "
-                             "call forward(x) again first")
+        self.check_not_stale("backward()", "forward(x)")
         argument_checks.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
         input_delta = argument_checks.check_bool(input_delta, "input_delta")
         _, self.weights_grad, self.bias_grad = kernels.conv2d_backward(

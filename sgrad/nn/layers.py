@@ -100,9 +100,7 @@ class Layer(WeightsAndBias):
         """
         if self.output is None or self.input is None:
             raise ValueError("backward() needs the output of a forward pass; call forward(input) first")
-        if self._stale:
-            raise ValueError("backward() after update(): the last forward pass used the old weights; "
-                             "call forward(input) again first")
+        self.check_not_stale("backward()", "forward(input)")
         argument_checks.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
         delta, self.weights_grad, self.bias_grad, self.weight_output_delta = kernels.dense_backward(
             output_delta, self.input, self.output, self.weights, self.nonlin_deriv, self.bias is not None,

@@ -35,6 +35,7 @@ class Module:
     """Base of sgrad's modules: the tree, the mode, and the arrays a module owns."""
 
     training: bool = True
+    _stale: bool = False  # set by a module's update(): its last forward pass used the parameters from before the step
     # The update rule's state of each own parameter, by name (Adam's moments, for one): see sgrad.nn.optimizers.
     update_state: dict[str, dict[str, Any]]
 
@@ -81,6 +82,16 @@ class Module:
                 f"{name} has {rows} row, but batch norm in training mode needs a batch of at least {needed} rows; "
                 "use eval() for single examples (training mode normalises with the batch's own statistics)")
 
+    def check_not_stale(self, method: str = "backward()", call: str = "forward(x)") -> None:
+        """Refuse ``method`` once ``update()`` has moved the parameters that the last forward pass used.
+
+        The second half of every backward pass's guard, written once (the first, a forward pass to go back
+        through, checks each module's own cache).  ``call`` is the forward pass to run again.
+        """
+        if self._stale:
+            raise ValueError(f"{method} after update(): the last forward pass used the old weights; "
+                             f"call {call} again first")
+
     def train(self, mode: bool = True) -> "Module":
         """Set training mode (``mode=True``) or evaluation mode on this module and everything inside it."""
         for _, module in self.submodules():
@@ -108,13 +119,12 @@ class OwnParameters(Module):
 
     Each parameter ``name`` of :meth:`own_parameters` has its gradient ``name_grad`` (``weights_grad``,
     ``bias_grad``, ...): set by the module's ``backward``, None before it and once :meth:`update` has used it.
-    The constructor calls ``_start_learning`` once the parameters exist; ``backward`` refuses to run while
-    ``_stale`` (set by ``update``: the last forward pass used the weights from before the step).
+    The constructor calls ``_start_learning`` once the parameters exist; ``backward`` refuses to run once
+    ``update`` has stepped (:meth:`Module.check_not_stale`): the last forward pass used the weights from before it.
     """
 
     update_rule: Any
     update_state: dict[str, Any]
-    _stale: bool
     _calls_before_update = "backward(output_delta) after forward(input)"  # what update() asks for when it has no gradients
 
     def _start_learning(self, update_rule: Any) -> None:

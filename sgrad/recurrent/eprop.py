@@ -99,9 +99,7 @@ def _check(core, d_outputs, d_last_state):
                         f"cell c); got {type(core).__name__}. Use core.backward for other cores")
     if core.outputs is None or core.input is None:
         raise ValueError("eprop_backward() needs a forward pass first; call core.forward(x, state)")
-    if core._stale:
-        raise ValueError("eprop_backward() after update(): the last forward pass used the old weights; "
-                         "call core.forward(x, state) again first")
+    core.check_not_stale("eprop_backward()", "core.forward(x, state)")
     check_sequence(d_outputs, "d_outputs (L^h_t, dE_t/dh_t)", core.hidden_dim,
                    width_name="the core's hidden_dim")
     if d_outputs.shape != core.outputs.shape:

@@ -182,9 +182,7 @@ class Recurrent(OwnParameters):
         """
         if self.outputs is None or self.last_state is None or self.hidden_states is None or self.input is None:
             raise ValueError("backward() needs a forward pass first; call forward(x, state)")
-        if self._stale:
-            raise ValueError("backward() after update(): the last forward pass used the old weights; "
-                             "call forward(x, state) again first")
+        self.check_not_stale("backward()", "forward(x, state)")
         check_sequence(d_outputs, "d_outputs", self.hidden_dim, width_name="this layer's hidden_dim")
         if d_outputs.shape != self.outputs.shape:
             raise ValueError(f"d_outputs must have the shape of the last outputs, {self.outputs.shape} "
