@@ -826,7 +826,7 @@ def _mismatch(received, expected):
     """None if ``received`` matches ``expected``, else what is wrong with it, in a few words."""
     if received is None:
         return "is None; expected " + (f"an array of shape {expected.shape}" if expected.shape else "a number")
-    if isinstance(received, dict):  # a driver's record of an answer that is not an array
+    if isinstance(received, dict):  # an exercise runner's record of an answer that is not an array
         return f"is {_one_line(received.get('kind'))}; expected an array of numbers"
     try:
         received = np.asarray(received, dtype=np.float64)

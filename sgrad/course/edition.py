@@ -6,7 +6,7 @@ whatever the notebook does to reach sgrad's own code, it finds none to pass a ch
 :func:`build` writes the edition from sgrad's source as it is, through Python's syntax tree:
 
 - the modules are the import closure of what notebook 07 imports (:data:`IMPORTS`), nothing more: no
-  experiments, command line, plotting, parallel engine, grader, driver or reference answers;
+  experiments, command line, plotting, parallel engine, grader, exercise runner or reference answers;
 - each function and method of :data:`WITHHELD` keeps its signature, and its body (docstring included)
   becomes ``raise NotImplementedError("<its name> is withheld while sgrad grade runs: write it
   yourself")``.  The rule: no backward pass of any kind (every one holds a dense layer's backward, or
@@ -270,7 +270,7 @@ def _stand_in(checker: ast.FunctionDef) -> ast.FunctionDef:
 
 def _borrowed(statement: ast.stmt, tree: ast.Module, source: pathlib.Path) -> ast.stmt:
     """``name = module.function``, for a module of sgrad.course that the edition leaves out: that function's
-    own definition, under ``name`` (the checkers take a helper of the driver so)."""
+    own definition, under ``name`` (the checkers take a helper of the exercise runner so)."""
     if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
             and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Attribute)
             and isinstance(statement.value.value, ast.Name)):

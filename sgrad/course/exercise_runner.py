@@ -39,7 +39,7 @@ class _Stop(Exception):
 def drive(exercise, make, inputs):
     """Run ``make`` (the student's class, or a factory) on ``inputs`` for ``exercise``; returns the record.
 
-    A case whose checked object breaks a convention the driver relies on (no ``parameters``, say) holds
+    A case whose checked object breaks a convention the exercise runner relies on (no ``parameters``, say) holds
     ``"broken": "AttributeError: ..."``.
     """
     cases = []
@@ -51,11 +51,11 @@ def drive(exercise, make, inputs):
     return {"cases": cases}
 
 
-READY = "sgrad driver ready"  # the driver's first line, written before any of the notebook's code runs
+READY = "sgrad exercise runner ready"  # the exercise runner's first line, written before any of the notebook's code runs
 
 
 def main():
-    """In the grading sandbox (``python -I driver.py``): read the job from stdin, load the notebook's definitions,
+    """In the grading sandbox (``python -I exercise_runner.py``): read the job from stdin, load the notebook's definitions,
     drive the exercise's class, and write the record as one line of JSON to stdout.
 
     The job is ``{"library", "definitions", "exercise", "class_name", "inputs"}``: the folder of the homework
