@@ -23,7 +23,60 @@ from .eprop import eprop_backward
 from .layers import LSTM, check_sequence
 
 SequenceLoss = Callable[..., tuple[Any, np.ndarray]]
-CORE_GRADIENTS = ("bptt", "eprop")
+
+
+class CoreGradient:
+    """A strategy for the core's weight gradient within a window, from dL/d(outputs) and ĝ at its end (step 3)."""
+
+    name = ""
+
+    def check(self, core: Any) -> None:
+        """Refuse a core this strategy cannot differentiate, before anything changes."""
+
+    def backward(self, core: Any, d_outputs: np.ndarray, g_hat: np.ndarray | None, *,
+                 boundary_delta: bool) -> np.ndarray | None:
+        """Store the core's weight gradient for ``core.update``; return δ_k, the gradient at the window's start
+        state s_k (batch, state_dim), if ``boundary_delta`` (M learns from it), else None."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class BPTT(CoreGradient):
+    """Truncated BPTT within the window: the core's own backward pass, which also gives δ_k."""
+
+    name = "bptt"
+
+    def backward(self, core: Any, d_outputs: np.ndarray, g_hat: np.ndarray | None, *,
+                 boundary_delta: bool) -> np.ndarray | None:
+        delta = core.backward(d_outputs, g_hat, input_delta=False)[1]
+        return delta if boundary_delta else None
+
+
+class EProp(CoreGradient):
+    """e-prop's estimate (:func:`sgrad.recurrent.eprop.eprop_backward`), forward in time with eligibility traces.
+
+    δ_k for M's targets still comes from the core's backward pass, run only when M learns from it (its weight
+    gradient is then replaced by the estimate): M's targets are the same as with :class:`BPTT`.  An
+    :class:`~sgrad.recurrent.layers.LSTM` core only.
+    """
+
+    name = "eprop"
+
+    def check(self, core: Any) -> None:
+        if not isinstance(core, LSTM):
+            raise TypeError(f"core_gradient='eprop' needs an sgrad.recurrent.layers.LSTM core (its traces follow the "
+                            f"cell c); got {type(core).__name__}. Use core_gradient='bptt' for it")
+
+    def backward(self, core: Any, d_outputs: np.ndarray, g_hat: np.ndarray | None, *,
+                 boundary_delta: bool) -> np.ndarray | None:
+        delta = core.backward(d_outputs, g_hat, input_delta=False)[1] if boundary_delta else None
+        eprop_backward(core, d_outputs, g_hat)  # the core's gradient replaced by e-prop's estimate
+        return delta
+
+
+CORE_GRADIENTS = {strategy.name: strategy for strategy in (BPTT(), EProp())}
 
 
 def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: SequenceLoss, alpha: float, *,
@@ -45,7 +98,8 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
     ``core_gradient='eprop'`` (an :class:`~sgrad.recurrent.layers.LSTM` core only): the core descends along
     :func:`sgrad.recurrent.eprop.eprop_backward`'s estimate, from the same dL_k/d(outputs) and ĝ_{k+1}, computed forward in
     time with eligibility traces instead of 3.'s backward pass.  3. then runs only if M learns, for δ_k: M's
-    targets are the same as with 'bptt'.  The default, 'bptt', is truncated BPTT within each window.
+    targets are the same as with 'bptt'.  The default, 'bptt', is truncated BPTT within each window.  Each name
+    is a strategy of step 3 (:class:`BPTT`, :class:`EProp`; :data:`CORE_GRADIENTS`), as ``targets`` is of step 4.
 
     x: (batch, time, input_dim); y: (batch, time, ...) as ``loss_fn`` (a loss of :mod:`sgrad.nn.losses`, called with
     ``reduction='none'``) takes it; mask: (batch, time) step weights (default ones).  L = (1/batch) Σ mask ℓ
@@ -61,6 +115,7 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
     """
     s, window, weights, scale = check_tbptt(core, readout, x, y, loss_fn, alpha, window, mask, state, sequence_ends,
                                             generator, generator_alpha, synthetic_scale, targets, core_gradient)
+    gradient = CORE_GRADIENTS[core_gradient]
     batch, time, _ = x.shape
     generator_alpha = alpha if generator_alpha is None else generator_alpha
     total, generator_losses = 0.0, list[float]()
@@ -70,11 +125,9 @@ def tbptt_step(core: Any, readout: Any, x: np.ndarray, y: np.ndarray, loss_fn: S
         loss, d_outputs = window_loss(readout, outputs, y[:, begin:end], weights[:, begin:end], loss_fn, batch)
         cut_off = generator is None or (end == time and sequence_ends)
         g_hat = None if cut_off else scale * generator.predict(s_next)                              # 2.
-        if core_gradient == "bptt" or generator is not None:
-            _, delta = core.backward(d_outputs, g_hat, input_delta=False)                           # 3. δ_k
-        if core_gradient == "eprop":
-            eprop_backward(core, d_outputs, g_hat)  # the core's gradient replaced by e-prop's estimate
-        if generator is not None and (begin > 0 or state is not None):                              # 4.
+        learns = generator is not None and (begin > 0 or state is not None)  # s_k is a boundary M learns at
+        delta = gradient.backward(core, d_outputs, g_hat, boundary_delta=learns)                    # 3. δ_k
+        if delta is not None:                                                                       # 4.
             boundary = Boundary(core, readout, loss_fn, x[:, begin:], y[:, begin:], weights[:, begin:], s,
                                 window, delta, generator, scale, sequence_ends, first=not generator_losses)
             generator_losses.append(targets.learn(generator, boundary, generator_alpha))
@@ -156,10 +209,7 @@ def check_tbptt(core, readout, x, y, loss_fn, alpha, window, mask, state, sequen
         argument_checks.check_learning_rate(generator_alpha, "generator_alpha")
     scale = argument_checks.check_number(synthetic_scale, "synthetic_scale", above=0, at_most=1, example="0.1")
     argument_checks.check_bool(sequence_ends, "sequence_ends")
-    argument_checks.check_choice(core_gradient, "core_gradient", CORE_GRADIENTS)
-    if core_gradient == "eprop" and not isinstance(core, LSTM):
-        raise TypeError(f"core_gradient='eprop' needs an sgrad.recurrent.layers.LSTM core (its traces follow the cell c); "
-                        f"got {type(core).__name__}. Use core_gradient='bptt' for it")
+    CORE_GRADIENTS[argument_checks.check_choice(core_gradient, "core_gradient", CORE_GRADIENTS)].check(core)
     if not isinstance(targets, BoundaryTargets):
         raise TypeError(f"targets must be one of sgrad.recurrent.boundary_targets' strategies, such as NWindows(2); "
                         f"got {type(targets).__name__}")
