@@ -225,8 +225,9 @@ def test_same_seed_gives_identical_histories(tiny, tmp_path):
     (["--lr", "-1"], "argument --lr: must be a finite number > 0, e.g. 0.01; got -1.0"),
     (["--nonlin", "softsign"], "argument --nonlin: invalid choice: 'softsign'"),
     (["--batch-size", "500"], "batch_size (500) is larger than the training set"),
+    (["--workers", "0"], "argument --workers: must be at least 1; got 0"),
 ], ids=["unknown-method", "bits-1", "bits-63", "epochs-0", "hidden-not-int", "negative-lr", "unknown-nonlin",
-        "batch-larger-than-train"])
+        "batch-larger-than-train", "workers-0"])
 def test_bad_argument_exits_non_zero_with_one_readable_line(tmp_path, args, fragment):
     result = run_sgrad(tmp_path, *TINY, *args, "--out", "out")
     assert result.returncode != 0
