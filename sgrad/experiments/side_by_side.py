@@ -61,15 +61,16 @@ def run_side_by_side(runs: Mapping[str, Callable[[Progress], Any]], *, workers: 
         while waiting or running:
             while waiting and len(running) < workers:
                 name, run = waiting.pop(0)
-                running[name] = _start(context, name, run, progress is not None)
+                running[name] = _start(context, name, progress is not None)  # stopped in the end, whatever happens
+                _hand_over(name, *running[name], run)
             _collect(running, results, progress)
     finally:
         _stop([process for process, _ in running.values()], stop_timeout)
     return {name: results[name] for name in runs}
 
 
-def _start(context, name, run, relay_progress):
-    """A worker process for ``run``, and the end of the pipe on which it reports."""
+def _start(context, name, relay_progress):
+    """A worker process, and the end of the pipe on which it takes its run and reports."""
     connection, child_end = context.Pipe()
     # The child inherits Ctrl-C ignored (a handler set later could come too late: its NumPy takes a while to
     # load) and its environment, which its NumPy and malloc read as they start.
@@ -77,12 +78,16 @@ def _start(context, name, run, relay_progress):
         process = context.Process(target=_serve, args=(child_end, relay_progress), name=f"sgrad {name}", daemon=True)
         process.start()
     child_end.close()  # the child has its own; with ours open, the pipe would never say the child is gone
-    try:  # after the start, which is then quick: the run may be large (its data), and the child reads it once it is up
+    return process, connection
+
+
+def _hand_over(name, process, connection, run):
+    """Send ``run`` to its worker, once started: the run may be large (its data), and the child reads it once up."""
+    try:
         connection.send(run)
     except (BrokenPipeError, ConnectionResetError):
         process.join()
         raise WorkerFailed(f"the {name} run's worker died as it started: {exit_cause(process.exitcode)}") from None
-    return process, connection
 
 
 @contextlib.contextmanager
