@@ -25,7 +25,7 @@ LAYERS = [
     ["steps", "boundary_targets", "eligibility_traces", "eprop", "tbptt", "divergence", "batches", "evaluation",
      "checkpoint", "course", "course.driver", "course.checkers", "course.ownwork", "course.definitions", "blackbox",
      "__init__"],
-    ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells",
+    ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells", "experiments.side_by_side",
      "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
      "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
     ["experiments", "experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn",
