@@ -32,20 +32,25 @@ def check_number(value: Any, name: str, *, example: str, above: float = -math.in
     ``above``/``below`` are strict bounds, ``at_least``/``at_most`` inclusive;
     ``example`` is a good value, shown in the message.
     """
-    low, high = max(above, at_least), min(below, at_most)
-    opening, closing = ("(" if above >= at_least else "["), (")" if below <= at_most else "]")
-    if low > -math.inf and high < math.inf:
-        interval = f"in {opening}{low:g}, {high:g}{closing}"
-    elif low > -math.inf:
-        interval = f"{'>' if opening == '(' else '>='} {low:g}"
-    else:
-        interval = f"{'<' if closing == ')' else '<='} {high:g}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        interval = _interval(above, at_least, below, at_most)
         raise TypeError(f"{name} must be a number {interval}, e.g. {example}; got {value!r} ({type(value).__name__})")
     number = float(value)
     if not (math.isfinite(number) and above < number < below and at_least <= number <= at_most):
+        interval = _interval(above, at_least, below, at_most)
         raise ValueError(f"{name} must be a finite number {interval}, e.g. {example}; got {number}")
     return number
+
+
+def _interval(above, at_least, below, at_most):
+    """The bounds in words for a message: 'in (0, 1]', '> 0', '<= 1'."""
+    low, high = max(above, at_least), min(below, at_most)
+    opening, closing = ("(" if above >= at_least else "["), (")" if below <= at_most else "]")
+    if low > -math.inf and high < math.inf:
+        return f"in {opening}{low:g}, {high:g}{closing}"
+    if low > -math.inf:
+        return f"{'>' if opening == '(' else '>='} {low:g}"
+    return f"{'<' if closing == ')' else '<='} {high:g}"
 
 
 def check_learning_rate(value: Any, name: str = "alpha") -> float:

@@ -20,7 +20,7 @@ import pytest
 from conftest import copy_of_the_code
 from sgrad.course import autograder
 from sgrad.course.grader import EXERCISES
-from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER
+from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, handed_in
 from grading_helpers import Run, none_left
 from test_grading import MISTAKES
 
@@ -74,15 +74,6 @@ def test_otter_assign_releases_notebook_08s_stubs(assigned):
                    for cell in released.cells)
 
 
-def handed_in(released, answers):
-    notebook = nbformat.read(released, as_version=4)
-    for cell in notebook.cells:
-        for class_name, answer in answers.items():
-            if cell.cell_type == "code" and cell.source.startswith(f"class {class_name}("):
-                cell.source = answer
-    return notebook
-
-
 @pytest.fixture(scope="module")
 def verdicts(assigned, tmp_path_factory):
     """{notebook: (Otter's pass per exercise, sgrad grade's)}, each graded by both tools' real commands."""
@@ -97,7 +88,7 @@ def verdicts(assigned, tmp_path_factory):
     for name, answer in answers.items():
         path = folder / name / "07_homework.ipynb"
         path.parent.mkdir()
-        nbformat.write(handed_in(released, answer), path)
+        nbformat.write(handed_in(answer, released), path)
         graded = subprocess.Popen([sys.executable, "-m", "sgrad", "grade", str(path)], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, env=env)
         out = folder / f"{name}-results"

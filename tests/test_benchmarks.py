@@ -68,6 +68,35 @@ def test_profile_shares_count_the_innermost_sgrad_line_of_each_sample_inside_a_s
                     (0.1, "backprop_step (steps.py:36)")]
 
 
+def test_the_compare_step_benchmark_times_each_methods_step_and_evaluation():
+    script = pathlib.Path(performance.__file__).with_name("compare_step.py")
+    result = subprocess.run([sys.executable, str(script), "--methods", "no-bprop", "cdni", "--steps", "3",
+                             "--evaluations", "1"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split() for line in result.stdout.splitlines()[1:]]
+    assert [row[0] for row in rows] == ["no-bprop", "cdni"]
+    assert all(float(value) > 0 for row in rows for value in row[1:])
+
+
+def test_compare_step_shares_go_to_the_kind_of_the_innermost_sgrad_frame_that_names_one():
+    compare_step = pytest.importorskip("compare_step")
+    kernels = pathlib.Path(compare_step.SOURCE, "sgrad", "kernels.py").read_text().splitlines()
+    product = next(k for k, line in enumerate(kernels, start=1) if " @ " in line)
+    bias = next(k for k, line in enumerate(kernels, start=1) if "z += bias" in line)
+    step = "<module> (compare_step.py:9);dni_step (sgrad/steps.py:60);Layer.forward (sgrad/layers.py:81)"
+    lines = [f"{step};linear_forward (sgrad/kernels.py:{product}) 5",
+             f"{step};linear_forward (sgrad/kernels.py:{bias}) 1",
+             f"{step};check_batch (sgrad/validation.py:150);_all (numpy/_core/_methods.py:70) 2",
+             "<module> (compare_step.py:9);dni_step (sgrad/steps.py:60);OwnParameters.update (sgrad/module.py:143);"
+             "Adam.step (sgrad/optimizers.py:80);_check_gradient (sgrad/optimizers.py:115) 1",
+             f"{step} 1",
+             "<module> (compare_step.py:3);_find_and_load (<frozen importlib._bootstrap>:1176) 50"]
+    total, rows = compare_step.shares(lines)
+    assert total == 10
+    assert rows == [(0.5, "matrix products"), (0.3, "input checks"), (0.1, "elementwise maths"),
+                    (0.1, compare_step.OTHER)]
+
+
 def test_the_cnn_benchmark_times_the_same_step_on_both_sides():
     """From the same weights, sgrad's CNN step and PyTorch's reach the same loss and the same weights."""
     pytest.importorskip("torch")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import started, tiny_mnist
+from conftest import assert_group_ends, started, tiny_mnist
 from matplotlib.image import imread
 
 import sgrad
@@ -225,8 +225,9 @@ def test_same_seed_gives_identical_histories(tiny, tmp_path):
     (["--lr", "-1"], "argument --lr: must be a finite number > 0, e.g. 0.01; got -1.0"),
     (["--nonlin", "softsign"], "argument --nonlin: invalid choice: 'softsign'"),
     (["--batch-size", "500"], "batch_size (500) is larger than the training set"),
+    (["--workers", "0"], "argument --workers: must be at least 1; got 0"),
 ], ids=["unknown-method", "bits-1", "bits-63", "epochs-0", "hidden-not-int", "negative-lr", "unknown-nonlin",
-        "batch-larger-than-train"])
+        "batch-larger-than-train", "workers-0"])
 def test_bad_argument_exits_non_zero_with_one_readable_line(tmp_path, args, fragment):
     result = run_sgrad(tmp_path, *TINY, *args, "--out", "out")
     assert result.returncode != 0
@@ -393,8 +394,41 @@ def test_ctrl_c_ends_with_one_line_status_130_and_no_process_left(tmp_path):
     assert [line for line in rest.splitlines() if not line.startswith("[dni] epoch")] == [
         f"sgrad compare: interrupted; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["dni.npz"]  # whole: no temporary file left
-    with pytest.raises(ProcessLookupError):
-        os.killpg(run.pid, 0)  # the command's process group is empty: no child outlived it
+    assert_group_ends(run.pid, "the command")  # the command's process group empties: no child outlived it
+
+
+def test_sigterm_to_the_command_alone_stops_its_workers_with_status_143_and_whole_checkpoints(tmp_path):
+    """As ``kill <pid>`` sends it: the command alone gets it, and stops the workers that train its methods."""
+    out = tmp_path / "out"
+    with started([str(SGRAD), "compare", *TINY, "--methods", "dni,cdni", "--workers", "2", "--epochs", "100000",
+                  "--checkpoint-every", "2", "--out", str(out)], cwd=tmp_path) as run:
+        labels = set()
+        while labels != {"[dni]", "[cdni]"}:  # both methods are training, each in its worker
+            labels.add(run.stderr.readline().split(" ")[0])
+        deadline = time.monotonic() + 60
+        while len(list(out.glob("checkpoints/*.npz"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        stdout, rest = run.communicate(timeout=60)
+    assert run.returncode == 143
+    assert stdout == ""
+    assert [line for line in rest.splitlines() if not line.startswith("[")] == [
+        f"sgrad compare: terminated; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["cdni.npz", "dni.npz"]  # no temporary file
+    assert_group_ends(run.pid, "the command")  # no worker outlived it
+
+
+def test_an_error_in_a_worker_ends_the_command_in_one_line_of_its_own_words(tmp_path):
+    arguments = [str(SGRAD), "compare", *TINY, "--methods", "backprop,dni", "--workers", "2", "--checkpoint-every",
+                 "2", "--out", "out"]
+    first = subprocess.run(arguments, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    checkpoint = tmp_path / "out" / "checkpoints" / "dni.npz"
+    checkpoint.write_bytes(checkpoint.read_bytes()[:100])
+    again = subprocess.run(arguments, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 2
+    errors = [line for line in again.stderr.splitlines() if not line.startswith("[")]
+    assert errors == [errors[0]] and errors[0].startswith("sgrad compare: error: out/checkpoints/dni.npz "), errors
 
 
 @pytest.mark.parametrize("command", ["compare", "rnn"])
@@ -417,5 +451,4 @@ def test_sigterm_ends_a_command_as_ctrl_c_does_with_status_143_and_a_whole_check
         f"sgrad {command}: terminated; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
     [checkpoint] = (out / "checkpoints").iterdir()  # whole: no temporary file left
     assert load_checkpoint(checkpoint).metadata["step"] > 0
-    with pytest.raises(ProcessLookupError):
-        os.killpg(run.pid, 0)
+    assert_group_ends(run.pid, "the command")

@@ -151,6 +151,21 @@ def test_compared_methods_start_from_the_same_weights_and_see_the_same_batches(m
             assert np.array_equal(x, x_ref) and np.array_equal(y, y_ref), f"{method}: batch of step {k}"
 
 
+def test_methods_trained_in_workers_record_the_histories_they_record_in_this_process(tmp_path):
+    def without_wall_time(histories):
+        return {method: {k: v for k, v in h.items() if k != "wall_time"} for method, h in histories.items()}
+
+    lines = []
+    here = sgrad.compare(**TINY)
+    in_workers = sgrad.compare(**TINY, workers=2, out_dir=tmp_path, progress=lines.append)
+    assert list(in_workers) == list(METHODS)
+    assert without_wall_time(in_workers) == without_wall_time(here)
+    assert all(h["wall_time"] > 0 for h in in_workers.values())
+    assert sorted(line for line in lines if " done in " in line) == sorted(
+        f"[{method}] done in {h['wall_time']:.1f} s" for method, h in in_workers.items())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".sgrad.lock", "compare.png", "history.json", "results.md"]
+
+
 # --- settings -------------------------------------------------------------------------------------------
 
 

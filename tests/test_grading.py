@@ -19,9 +19,9 @@ import nbformat
 import pytest
 
 from grading_helpers import (COMMAND, CORRECT, NOTEBOOK, SETUP, WRONG, Run, environment, grade, grade_notebook,
-                             handed_in, left_running, needs_the_sandbox, none_left, notebook_of, start_grading)
+                             left_running, needs_the_sandbox, none_left, notebook_of, start_grading)
 from sgrad.course.grader import EXERCISES, MIN_ADDRESS_SPACE, MIN_MEMORY
-from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited
+from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, edited, handed_in
 
 pytestmark = [pytest.mark.skipif(not pathlib.Path("/proc/self/cmdline").exists(), reason="reads processes in /proc"),
               needs_the_sandbox]

@@ -19,6 +19,7 @@ with status 143; the checkpoints make a rerun carry on.
 import argparse
 import importlib
 import importlib.util
+import os
 import pathlib
 import signal
 import sys
@@ -249,6 +250,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                      help=f"the networks' and the data's float type (default {DEFAULTS.dtype})")
     cmp.add_argument("--seed", type=_int_at_least(0), default=DEFAULTS.seed,
                      help="fixes data, weights and batches (default 0)")
+    cmp.add_argument("--workers", type=_int_at_least(1), default=None,
+                     help="methods trained at once, each in a process of its own with one BLAS thread "
+                          "(default: one per core, at most one per method)")
     _add_output(cmp, "compare", unit="method", steps="steps", every=1000)
 
     pap = commands.add_parser(
@@ -501,8 +505,16 @@ def _compare(args: argparse.Namespace) -> str:
         epochs=args.epochs, batch_size=args.batch_size, hidden=args.hidden, nonlin=args.nonlin,
         update_rule=args.update_rule, alpha=args.lr, generator_alpha=args.generator_lr,
         generator_targets=args.targets, dtype=args.dtype, seed=args.seed,
-        checkpoint_every=args.checkpoint_every or None)
+        checkpoint_every=args.checkpoint_every or None,
+        workers=min(len(args.methods), _cores()) if args.workers is None else args.workers)
     return results_table(histories)
+
+
+def _cores() -> int:
+    """The cores this process may run on (those the system lets it use, where it says)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _paper(args: argparse.Namespace) -> str:

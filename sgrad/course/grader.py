@@ -413,11 +413,14 @@ def _run_notebook(workspace, code, deadline, memory, sandboxed, timeout):
 
 
 def _kernel_manager(base, box, workspace):
-    """A KernelManager whose kernel runs in ``box``, its sockets files in the workspace (no network needed)."""
+    """A KernelManager whose kernel runs in ``box``, its sockets files in the workspace (no network needed).
+
+    The kernel is this Python's ipykernel, whatever kernel spec named python3 the environment holds: the
+    sandbox binds this interpreter's folders alone."""
 
     class Manager(base):  # type: ignore[misc, valid-type]
         def format_kernel_cmd(self, extra_arguments: Any = None) -> list[str]:
-            return box.command(super().format_kernel_cmd(extra_arguments))
+            return box.command([sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file])
 
     return Manager(kernel_name="python3", transport="ipc", ip=str(workspace.kernel / "s"),
                    connection_file=str(workspace.kernel / "kernel.json"))

@@ -34,6 +34,7 @@ from ..training.results_folder import check_out_dir, checkpoint_path, one_writer
 from ..training.resume import fingerprint
 from ..training.settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings,
                                  check_split, learning_rates)
+from .side_by_side import run_side_by_side
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -260,7 +261,7 @@ def _check_targets(y_train, y_test):
 def compare(methods: str | Sequence[str] = METHODS, *, output_dim: int = 8, num_train: int = 1000,
             num_test: int = 1000, config: TrainConfig | None = None, out_dir: str | os.PathLike[str] | None = None,
             progress: Callable[[str], None] | None = None, checkpoint_every: int | None = None,
-            **options: Any) -> dict[str, dict[str, Any]]:
+            workers: int | None = None, **options: Any) -> dict[str, dict[str, Any]]:
     """Train each of ``methods`` on the same binary-addition split, from the same weights, on the same batches.
 
     methods : any of ``sgrad.METHODS`` ('backprop', 'no-bprop', 'dni', 'cdni').
@@ -273,6 +274,10 @@ def compare(methods: str | Sequence[str] = METHODS, *, output_dim: int = 8, num_
         this many steps and at its end (``checkpoints/<method>.npz``); a later
         call with the same settings carries each method on from its checkpoint
         (a finished one is not trained again), bit for bit.  None: no checkpoints.
+    workers : train this many methods at once, each in a process of its own with one
+        BLAS thread (:func:`~sgrad.experiments.side_by_side.run_side_by_side`); None (the
+        default): one after another, in this process.  The histories are the same either way
+        (with one BLAS thread here too: DNI's and cDNI's float32 products round differently on two).
 
     Returns ``{method: history}`` (see :func:`sgrad.train`).  A method that
     diverges stops at once; its history holds what it recorded up to then,
@@ -286,22 +291,30 @@ def compare(methods: str | Sequence[str] = METHODS, *, output_dim: int = 8, num_
     check_batch_fits(config.batch_size, num_train)
     if checkpoint_every is not None:
         check_integer(checkpoint_every, "checkpoint_every")
+    if workers is not None:
+        check_integer(workers, "workers")
     for method in methods:  # x holds the bits of both operands: 2 * output_dim columns
         check_network_size(parameter_count(method, 2 * output_dim, output_dim, config), config.dtype,
                            config.update_rule, f"the {method} network")
     check_out_dir(out_dir)
     data = generate_split(output_dim, num_train, num_test, seed=config.seed)
     with one_writer(out_dir):  # one run at a time writes to a folder
-        histories = {}
-        for method in methods:
-            run = functools.partial(train, method, data, config, progress=progress,
-                                    checkpoint=checkpoint_path(out_dir, method, checkpoint_every),
-                                    checkpoint_every=checkpoint_every)
-            histories[method] = run_and_report(run, f"[{method}]", progress)
+        runs = {method: functools.partial(_train_and_report, method, data, config,
+                                          checkpoint=checkpoint_path(out_dir, method, checkpoint_every),
+                                          checkpoint_every=checkpoint_every)
+                for method in methods}
+        histories = run_side_by_side(runs, workers=workers, progress=progress)
         if out_dir is not None:
             task = {"name": "binary_addition", "output_dim": output_dim, "num_train": num_train, "num_test": num_test}
             write_results(histories, out_dir, task=task, config=config)
     return histories
+
+
+def _train_and_report(method, data, config, progress, *, checkpoint, checkpoint_every):
+    """:func:`train`'s history of ``method``; a divergence is reported and its history kept (:func:`run_and_report`)."""
+    run = functools.partial(train, method, data, config, progress=progress, checkpoint=checkpoint,
+                            checkpoint_every=checkpoint_every)
+    return run_and_report(run, f"[{method}]", progress)
 
 
 def results_table(histories: dict[str, dict[str, Any]]) -> str:

@@ -1,0 +1,92 @@
+"""Runs side by side (sgrad/experiments/side_by_side.py): each in a worker process, results in the runs' order,
+errors raised again in the driver, and no worker left behind whatever happens."""
+
+import functools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from sgrad.experiments.side_by_side import run_side_by_side
+from sgrad.parallel.engines import WorkerFailed
+
+
+def says_and_returns(value, progress):
+    if progress is not None:
+        progress(f"{value} says hello")
+    return {"value": value, "pid": os.getpid(), "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+
+
+def raises(progress):
+    raise ValueError("this run cannot go on; change its settings")
+
+
+def dies(progress):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def sleeps(progress):
+    time.sleep(120)
+
+
+def no_worker_left():
+    return multiprocessing.active_children() == []
+
+
+def test_each_run_gives_its_result_in_the_runs_order_from_a_process_of_its_own_with_one_blas_thread():
+    runs = {name: functools.partial(says_and_returns, name) for name in ("c", "a", "b")}
+    lines = []
+    results = run_side_by_side(runs, workers=2, progress=lines.append)
+    assert list(results) == ["c", "a", "b"]
+    assert [result["value"] for result in results.values()] == ["c", "a", "b"]
+    assert len({result["pid"] for result in results.values()} | {os.getpid()}) == 4
+    assert [result["blas_threads"] for result in results.values()] == ["1", "1", "1"]
+    assert sorted(lines) == ["a says hello", "b says hello", "c says hello"]
+    assert no_worker_left()
+
+
+def test_without_workers_the_runs_go_one_after_another_in_this_process():
+    lines = []
+    results = run_side_by_side({"a": functools.partial(says_and_returns, "a")}, progress=lines.append)
+    assert results["a"]["pid"] == os.getpid()
+    assert lines == ["a says hello"]
+
+
+def test_runs_report_no_lines_when_nobody_listens():
+    results = run_side_by_side({"a": functools.partial(says_and_returns, "a")}, workers=1)
+    assert results["a"]["value"] == "a"
+
+
+def test_a_run_that_raises_stops_every_worker_and_its_error_is_raised_here_with_its_message():
+    start = time.monotonic()
+    with pytest.raises(ValueError) as raised:
+        run_side_by_side({"sleeper": sleeps, "bad": raises}, workers=2)
+    assert time.monotonic() - start < 60  # the sleeper was stopped, not waited for
+    assert str(raised.value) == "this run cannot go on; change its settings"
+    assert any("In the worker:" in note and "raises" in note for note in raised.value.__notes__)
+    assert no_worker_left()
+
+
+def test_a_run_whose_process_dies_stops_every_worker_with_a_message_naming_the_run_and_the_cause():
+    with pytest.raises(WorkerFailed, match=r"^the doomed run's worker died: killed by signal SIGKILL \(9\)$"):
+        run_side_by_side({"sleeper": sleeps, "doomed": dies}, workers=2)
+    assert no_worker_left()
+
+
+def test_ctrl_c_in_the_driver_stops_every_worker():
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_side_by_side({"first": sleeps, "second": sleeps}, workers=2)
+    finally:
+        timer.cancel()
+    assert no_worker_left()
+
+
+def test_the_worker_count_must_be_a_positive_integer():
+    with pytest.raises(ValueError, match="workers"):
+        run_side_by_side({"a": sleeps}, workers=0)
