@@ -1,7 +1,7 @@
 """The build's one step beyond setup.cfg: the students' notebooks go into the wheel as package data.
 
 ``notebooks/`` stays their one source; the build copies its numbered notebooks (never ``notebooks/instructor/``)
-into the built package as ``sgrad/notebooks/``, where ``sgrad notebooks DEST`` finds them (:mod:`sgrad.handout`).
+into the built package as ``sgrad/notebooks/``, where ``sgrad notebooks DEST`` finds them (:mod:`sgrad.course.handout`).
 An install from a clone reads ``notebooks/`` itself.  ``MANIFEST.in`` puts the same notebooks in the sdist, from
 which ``python -m build`` makes the wheel.
 """
@@ -11,7 +11,7 @@ import pathlib
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-NOTEBOOKS = "[0-9][0-9]_*.ipynb"  # as sgrad.handout.PATTERN: the students' notebooks, at the folder's top
+NOTEBOOKS = "[0-9][0-9]_*.ipynb"  # as sgrad.course.handout.PATTERN: the students' notebooks, at the folder's top
 
 
 class BuildWithNotebooks(build_py):

@@ -1,6 +1,6 @@
 """Benchmark: the cost of one training step of recurrent DNI with the λ-return and with BP(λ), against one-window DNI.
 
-The step is ``sgrad rnn``'s (:func:`sgrad.tbptt.tbptt_step` on Copy, an LSTM core, a linear readout and a linear
+The step is ``sgrad rnn``'s (:func:`sgrad.recurrent.tbptt.tbptt_step` on Copy, an LSTM core, a linear readout and a linear
 generator M of the state [h, c], Adam), at the default grid's size: 64 units (a state of 128), batch 32, 8 bits,
 T = 2, on sequences of N = ``--length`` vectors (2N + 1 steps).  The three ways M learns:
 
@@ -36,11 +36,11 @@ from machine import describe
 
 from data_gen.copy_task import copy_batch
 from sgrad import Layer, LinearGenerator
-from sgrad.boundary_targets import ONE_WINDOW, LambdaReturn
-from sgrad.eligibility_traces import BPLambda
-from sgrad.losses import bce_with_logits
-from sgrad.recurrent import LSTM
-from sgrad.tbptt import tbptt_step
+from sgrad.nn.losses import bce_with_logits
+from sgrad.recurrent.boundary_targets import ONE_WINDOW, LambdaReturn
+from sgrad.recurrent.eligibility_traces import BPLambda
+from sgrad.recurrent.layers import LSTM
+from sgrad.recurrent.tbptt import tbptt_step
 
 BATCH, BITS, WINDOW = 32, 8, 2
 

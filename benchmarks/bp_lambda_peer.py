@@ -150,11 +150,11 @@ def run_sgrad(steps, seed, lam=None, gamma=0.9, batch=BATCH, per_sequence=False)
     import numpy as np
 
     from sgrad import Layer, LinearGenerator
-    from sgrad.boundary_targets import ONE_WINDOW, LambdaReturn
-    from sgrad.losses import bce_with_logits
-    from sgrad.optimizers import Adam
-    from sgrad.recurrent import LSTM
-    from sgrad.tbptt import tbptt_step
+    from sgrad.recurrent.boundary_targets import ONE_WINDOW, LambdaReturn
+    from sgrad.nn.losses import bce_with_logits
+    from sgrad.nn.optimizers import Adam
+    from sgrad.recurrent.layers import LSTM
+    from sgrad.recurrent.tbptt import tbptt_step
 
     def adam():
         return Adam(beta2=0.98, eps=1e-9)  # the peer's
@@ -190,8 +190,8 @@ def sequence_step(core, readout, x, y, mask, alpha):
     Returns the sequence's loss L.  The same windows as ``tbptt_step(window=1)`` without a generator, but the
     core and the readout step once, with Σ_t of the windows' gradients, as the peer's trainer does.
     """
-    from sgrad.losses import bce_with_logits
-    from sgrad.tbptt import window_loss
+    from sgrad.nn.losses import bce_with_logits
+    from sgrad.recurrent.tbptt import window_loss
 
     batch, length, _ = x.shape
     state, total, sums = core.initial_state(batch), 0.0, {}

@@ -9,7 +9,7 @@ The net, on both sides: the 3-layer MNIST CNN (two conv blocks and a linear clas
 
 The step: forward, softmax cross-entropy (batch mean) against one-hot labels, backward (no gradient for x: it
 is data; PyTorch's autograd skips it too), one update of every parameter (Adam, learning rate 1e-3, by default).
-sgrad runs :func:`sgrad.steps.backprop_step` on :func:`sgrad.conv.conv_block` blocks; PyTorch runs ``torch.nn``,
+sgrad runs :func:`sgrad.dni.steps.backprop_step` on :func:`sgrad.nn.conv.conv_block` blocks; PyTorch runs ``torch.nn``,
 autograd and ``torch.optim`` in CPU eager mode (its convolutions go to oneDNN when it has them).  Before timing,
 both sides start from the same weights and take one step, and their losses and updated weights are compared.
 
@@ -43,9 +43,9 @@ import numpy as np  # noqa: E402
 from machine import describe  # noqa: E402
 
 from sgrad import Layer, Sequential  # noqa: E402
-from sgrad.conv import Flatten, conv_block  # noqa: E402
-from sgrad.losses import softmax_cross_entropy  # noqa: E402
-from sgrad.steps import backprop_step  # noqa: E402
+from sgrad.dni.steps import backprop_step  # noqa: E402
+from sgrad.nn.conv import Flatten, conv_block  # noqa: E402
+from sgrad.nn.losses import softmax_cross_entropy  # noqa: E402
 
 TARGET = 1.5  # sgrad's step time over PyTorch's
 CLASSES, SIDE, LEARNING_RATE = 10, 28, 1e-3

@@ -36,9 +36,9 @@ import time
 import numpy as np
 
 from data_gen.binary_addition import generate_split
-from sgrad.batches import BatchOrder
 from sgrad.experiments import binary_addition
-from sgrad.experiments.loop import take_step
+from sgrad.training.batches import BatchOrder
+from sgrad.training.loop import take_step
 
 # A frame as py-spy writes it: "function (path/to/file.py:line)".
 FRAME = re.compile(r"^(?P<function>.+) \((?P<path>.+):(?P<line>\d+)\)$")
@@ -46,11 +46,11 @@ STEP_FUNCTIONS = ("backprop_step", "dni_step")
 # (kind, file, functions): the first frame from the innermost out that matches names the sample's kind.
 # An empty tuple of functions matches the whole file.
 KINDS = [
-    ("input checks", "validation.py", ()),
+    ("input checks", "argument_checks.py", ()),
     ("input checks", "checks.py", ()),
     ("input checks", "optimizers.py", ("_check_gradient",)),
     ("input checks", "module.py", ("Module.check_batch_size",)),
-    ("input checks", "dni.py", ("_check_step",)),
+    ("input checks", "decoupled.py", ("_check_step",)),
     ("input checks", "generators.py", ("Generator._check", "Generator._check_h")),
     ("snapshot for a refused step", "module.py", ("restored_on_error", "_each_module", "_buffer_copies")),
     ("update rule (Adam)", "optimizers.py", ()),
@@ -109,7 +109,7 @@ def time_evaluation(method, repeats):
 def kind_of(function, path, line):
     """The kind of work of a frame of sgrad (None: it names none).
 
-    ``path`` as py-spy gives it, maybe relative (``sgrad/kernels.py``): then to the folder that holds
+    ``path`` as py-spy gives it, maybe relative (``sgrad/nn/kernels.py``): then to the folder that holds
     the sgrad imported here, so read a profile with the sgrad that was profiled.
     """
     name = pathlib.Path(path).name

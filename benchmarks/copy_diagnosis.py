@@ -1,7 +1,7 @@
 """Diagnosis: where recurrent DNI loses on Copy, at a fixed N (no curriculum), against three references.
 
 Four ways to train the same LSTM (64 units, a linear readout, Adam) on Copy sequences of N vectors, cut
-into windows of T steps (:func:`sgrad.tbptt.tbptt_step`), from the same weights and the same batches:
+into windows of T steps (:func:`sgrad.recurrent.tbptt.tbptt_step`), from the same weights and the same batches:
 
 - ``bptt``: truncated BPTT, the gradient stopped at every window's end;
 - ``dni``: a linear generator ĝ = M(s) at every window's end, regressed onto bootstrapped targets;
@@ -15,7 +15,7 @@ predict: a least-squares fit on 3,000 sequences, scored by its cosine with the t
 beside the cosine of the trained generator's ĝ.
 
 ``--scale λ`` (for the DNI methods): ĝ enters the window's backward weighted by λ, the ``synthetic_scale`` of
-:func:`~sgrad.tbptt.tbptt_step` (the bootstrapped targets then discount each window further away by λ).
+:func:`~sgrad.recurrent.tbptt.tbptt_step` (the bootstrapped targets then discount each window further away by λ).
 
 ``--hold H --ramp R`` (a warm-up, for the DNI methods): ĝ enters the window's backward with a weight β
 that is 0 for the first H steps (truncated BPTT while M learns), then rises linearly to 1 over the next
@@ -38,11 +38,11 @@ import numpy as np
 
 from data_gen.copy_task import bits_error, copy_batch
 from sgrad import Layer
-from sgrad.boundary_targets import ONE_WINDOW, Untruncated
-from sgrad.generators import LinearGenerator
-from sgrad.losses import bce_with_logits
-from sgrad.recurrent import LSTM
-from sgrad.tbptt import tbptt_step
+from sgrad.dni.generators import LinearGenerator
+from sgrad.nn.losses import bce_with_logits
+from sgrad.recurrent.boundary_targets import ONE_WINDOW, Untruncated
+from sgrad.recurrent.layers import LSTM
+from sgrad.recurrent.tbptt import tbptt_step
 
 METHODS = ("bptt", "dni", "dni-true", "full")
 BITS, HIDDEN, BATCH, SCORED = 8, 64, 32, 256

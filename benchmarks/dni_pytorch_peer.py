@@ -290,7 +290,7 @@ SGRAD_SETTINGS["peer, every block"] = dict(SGRAD_SETTINGS["peer"], interfaces="e
 
 def sgrad_step(method, x, labels, setting):
     """``step()``: one sgrad training step of ``method`` at ``SGRAD_SETTINGS[setting]`` on the batch (x, labels)."""
-    from sgrad.experiments.loop import take_step
+    from sgrad.training.loop import take_step
     from sgrad.experiments.mnist import PaperConfig, build_network, mean_cross_entropy, summed_cross_entropy
 
     config = PaperConfig(**SGRAD_SETTINGS[setting])

@@ -7,7 +7,7 @@ The step, on both sides (batch 64, 256 units, a window of T = 8 steps, 256 input
 3. backward through time (no gradient for x: it is data; PyTorch's autograd skips it too);
 4. one SGD step, learning rate 0.01.
 
-sgrad runs :class:`sgrad.recurrent.LSTM` (``forward``, ``backward(..., input_delta=False)``, ``update``).
+sgrad runs :class:`sgrad.recurrent.layers.LSTM` (``forward``, ``backward(..., input_delta=False)``, ``update``).
 PyTorch runs ``torch.nn.LSTM(batch_first=True)``, autograd and ``torch.optim.SGD`` in CPU eager mode; for
 float32 it uses oneDNN's fused LSTM kernel when it has one.  Before timing, both sides start from the same
 weights and take one step, and their losses and updated weights are compared.
@@ -37,7 +37,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from machine import describe  # noqa: E402
 
-from sgrad.recurrent import LSTM  # noqa: E402
+from sgrad.recurrent.layers import LSTM  # noqa: E402
 
 TARGET = 1.3  # sgrad's step time over PyTorch's
 BATCH, HIDDEN, WINDOW, LEARNING_RATE = 64, 256, 8, 0.01

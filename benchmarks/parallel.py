@@ -3,7 +3,7 @@
 On the paper's MNIST net (784-256-256-10, Linear→BatchNorm→ReLU blocks, generators with two hidden
 layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's do):
 
-1. the single-process steps (``sgrad.steps.dni_step``, ``backprop_step``), median time per step,
+1. the single-process steps (``sgrad.dni.steps.dni_step``, ``backprop_step``), median time per step,
    gathering the batch included (as the bottom worker gathers it);
 2. the same nets on 1 and 2 local workers (``sgrad.parallel.train_parallel``): examples per
    second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4;
@@ -50,13 +50,13 @@ import time
 
 import numpy as np
 
+from sgrad.dni.steps import backprop_step, dni_step
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
 from sgrad.parallel import LocalEngine, RayEngine, train_parallel
 from sgrad.parallel.engines import WORKER_ENVIRONMENT
 from sgrad.parallel.local import environment, exit_with_driver
 from sgrad.parallel.messages import Message
 from sgrad.parallel.simulator import BlockTimes, scaling, throughput
-from sgrad.steps import backprop_step, dni_step
 
 CONFIG = PaperConfig(dtype="float32")
 BATCH, CLASSES, EXAMPLES, TEST = CONFIG.batch_size, 10, 8192, 1024

@@ -3,9 +3,9 @@
 Measured in one process, on the same shapes (the paper's MNIST net 784-256-256-10,
 batch 256; x random in [0, 1), one-hot labels):
 
-1. sgrad's backprop step (``sgrad.steps.backprop_step`` on the net that
+1. sgrad's backprop step (``sgrad.dni.steps.backprop_step`` on the net that
    ``sgrad paper`` builds), with and without BatchNorm, float32 and float64;
-2. sgrad's DNI and cDNI steps (``sgrad.steps.dni_step``) with linear generators
+2. sgrad's DNI and cDNI steps (``sgrad.dni.steps.dni_step``) with linear generators
    and with the reproduction's 1024-1024 BatchNorm generators;
 3. the same nets and steps in PyTorch, CPU eager mode (skipped, with a message,
    when PyTorch is not installed);
@@ -55,9 +55,9 @@ import numpy as np  # noqa: E402
 
 from data_gen import generate_dataset  # noqa: E402
 from sgrad import Layer  # noqa: E402
-from sgrad.losses import softmax_cross_entropy  # noqa: E402
+from sgrad.dni.steps import backprop_step, dni_step  # noqa: E402
 from sgrad.experiments.mnist import PaperConfig, build_network  # noqa: E402
-from sgrad.steps import backprop_step, dni_step  # noqa: E402
+from sgrad.nn.losses import softmax_cross_entropy  # noqa: E402
 
 try:
     import torch
@@ -207,7 +207,7 @@ def dense_layers(network):
     ``input_kind`` is "data" for the network's bottom layer, "generator" for the
     bottom layer of a generator (whose input [h, c] is data to it), else None:
     the layers whose input delta nothing needs.  The walk is the modules' own
-    (:meth:`sgrad.module.Module.submodules`), parents first, bottom layer first.
+    (:meth:`sgrad.nn.module.Module.submodules`), parents first, bottom layer first.
     """
     bottoms_seen = set()
     for k, top in enumerate(network):

@@ -59,7 +59,7 @@ def backprop_step(*, batchnorm, dtype, update_rule="sgd", lr=1e-3, depth=3, widt
 
 
 def dni_step(*, conditioned, generator_hidden, dtype, update_rule="sgd", lr=1e-3, depth=3, width=256):
-    """One decoupled step, as :func:`sgrad.steps.dni_step` with bootstrapped targets.
+    """One decoupled step, as :func:`sgrad.dni.steps.dni_step` with bootstrapped targets.
 
     Block k: h_k = block(h_{k-1}); ĝ_k = M_k(h_k, c); descend on ĝ_k at once and
     keep ĝ_k backpropagated through the block (pre-update weights) as M_{k-1}'s

@@ -1,7 +1,7 @@
 """Checks of the datasets' arguments: integers, flags, seeds, sizes, integers to encode, rows of bits.
 
 Each check says what was expected, what came, and what to do.  sgrad's own
-checks (:mod:`sgrad.validation`) take the first five from here, so that
+checks (:mod:`sgrad.argument_checks`) take the first five from here, so that
 ``data_gen`` needs nothing of sgrad's and every check is written once.
 """
 

@@ -51,7 +51,7 @@ myst_heading_anchors = 3
 
 # The API reference: the docstrings, in source order. A class lists its bases and every method it has, its
 # bases' too (a student who subclasses Layer or DNI finds every method to call or override under it), except
-# what every module shares (sgrad.module.Module's, documented once there) and what Python's own types give
+# what every module shares (sgrad.nn.module.Module's, documented once there) and what Python's own types give
 # (tuple's count, an exception's args). Types and defaults are in the signatures, as written in the source, one
 # parameter a line once a signature is long; the docstrings describe.
 autodoc_member_order = "bysource"

@@ -29,12 +29,12 @@ import numpy as np
 import pytest
 from hypothesis import assume, settings
 
-from sgrad.blocks import Activation, Sequential
 from sgrad.course import numerical_gradient, relative_error
-from sgrad.generators import LinearGenerator
-from sgrad.kernels import linear_forward
-from sgrad.layers import Layer
-from sgrad.nonlinearities import relu
+from sgrad.dni.generators import LinearGenerator
+from sgrad.nn.blocks import Activation, Sequential
+from sgrad.nn.kernels import linear_forward
+from sgrad.nn.layers import Layer
+from sgrad.nn.nonlinearities import relu
 
 # The reference answers of notebook 07: a file of the repository's instructor folder, not a module of sgrad.
 INSTRUCTOR = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "instructor"

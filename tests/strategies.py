@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sgrad.nonlinearities import NONLINEARITIES
+from sgrad.nn.nonlinearities import NONLINEARITIES
 
 # --- sizes and seeds ----------------------------------------------------------------------------
 

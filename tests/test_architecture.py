@@ -13,32 +13,26 @@ import pytest
 import sgrad
 
 ROOT = pathlib.Path(sgrad.__file__).parent
-# Each of sgrad's modules in its layer; a module may import only from its own layer or the layers before it.  A
-# package's __init__.py is named by its package ("__init__" for sgrad's own, "parallel", "experiments").
-LAYERS = [
-    ["validation", "fast", "version", "provenance"],
-    ["nonlinearities", "initializers", "kernels", "losses", "optimizers"],
-    ["module"],
-    ["layers", "batchnorm", "blocks", "recurrent", "conv"],
-    ["generators"],
-    ["dni"],
-    ["steps", "boundary_targets", "eligibility_traces", "eprop", "tbptt", "divergence", "batches", "evaluation",
-     "checkpoint", "course", "course.driver", "course.checkers", "course.ownwork", "course.definitions", "blackbox",
-     "__init__"],
-    ["experiments.loop", "experiments.settings", "experiments.files", "experiments.cells", "experiments.side_by_side",
-     "parallel", "parallel.messages", "parallel.timeline", "parallel.schedules", "parallel.worker",
-     "parallel.engines", "parallel.local", "parallel.ray_engine", "parallel.pipeline", "parallel.simulator"],
-    ["experiments", "experiments.binary_addition", "experiments.mnist", "experiments.mnist_cnn",
-     "experiments.parallel", "experiments.rnn", "experiments.char_lm", "experiments.lstm_model", "plotting",
-     "course.processes", "course.sandbox", "course.grader", "course.gradebook", "course.autograder",
-     "course.edition"],
-    ["cli", "__main__", "course.command", "handout"],
-]
-LAYER_OF = {name: k for k, names in enumerate(LAYERS) for name in names}
+FOUNDATION, FRONT = -1, len(sgrad.LAYERS)  # the modules at sgrad's top; its __init__, which imports from the layers
+
+
+def layer_of(name):
+    """The layer of the module ``name`` (dotted below sgrad): its sub-package's place in ``sgrad.LAYERS``.
+
+    The modules at sgrad's top sit beneath every sub-package, ``__main__`` with the command line, and sgrad's own
+    ``__init__`` (the package's front) above them all: no module imports it.
+    """
+    if name == "__init__":
+        return FRONT
+    if name == "__main__":
+        return sgrad.LAYERS.index("cli")
+    if "." not in name and not (ROOT / name).is_dir():
+        return FOUNDATION
+    return sgrad.LAYERS.index(name.split(".")[0])
 
 
 def module_name(path, root=ROOT):
-    """The name in LAYERS of the module at ``path``: dotted below sgrad, a package's __init__ by its package."""
+    """The name of the module at ``path``: dotted below sgrad, a package's __init__ by its package."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__" and len(parts) > 1:
         parts = parts[:-1]
@@ -51,7 +45,7 @@ def resolve(parts):
 
 
 def sgrad_imports(path, root=ROOT):
-    """The sgrad modules that ``path`` imports, at the top or inside functions, as names in LAYERS.
+    """The sgrad modules that ``path`` imports, at the top or inside functions, named as :func:`module_name` does.
 
     ``from . import x`` imports the module x if there is one, else the package (its __init__); so do
     ``from .. import x``, ``from sgrad import x`` and ``import sgrad``.
@@ -69,7 +63,7 @@ def sgrad_imports(path, root=ROOT):
                 continue
             for alias in node.names:
                 submodule = resolve([*base, alias.name])
-                found.add(submodule if submodule in LAYER_OF else resolve(base))
+                found.add(submodule if submodule in module_names(root) else resolve(base))
         elif isinstance(node, ast.Import):
             found.update(resolve(a.name.split(".")[1:]) for a in node.names if a.name.split(".")[0] == "sgrad")
     found.discard(module)
@@ -80,20 +74,49 @@ def modules():
     return sorted(ROOT.rglob("*.py"))
 
 
+def module_names(root=ROOT):
+    return {module_name(path, root) for path in root.rglob("*.py")}
+
+
 def import_graph():
     return dict(sgrad_imports(path) for path in modules())
 
 
-def test_every_module_has_a_layer():
-    names = {module_name(p) for p in modules()}
-    assert names == set(LAYER_OF), "add a new module to LAYERS here and to docs/architecture.md"
+def subpackages():
+    return sorted(path.parent.name for path in ROOT.glob("*/__init__.py"))
+
+
+def test_every_subpackage_is_a_layer():
+    """The folders are the layers: each sub-package has its place in ``sgrad.LAYERS``, and every module a folder."""
+    assert sorted(sgrad.LAYERS) == subpackages(), "add a new sub-package to sgrad.LAYERS and to docs/architecture.md"
+    assert not [p for p in ROOT.glob("*/*/") if p.name != "__pycache__" and (p / "__init__.py").exists()]
+
+
+def test_the_architecture_page_draws_the_layers_in_their_order():
+    """docs/architecture.md's table of layers lists sgrad's sub-packages in the order of ``sgrad.LAYERS``."""
+    page = (ROOT.parent / "docs" / "architecture.md").read_text()
+    rows = [line.split("|")[2].strip() for line in page.splitlines() if line.startswith("| ") and "`sgrad/" in line]
+    drawn = [row.split("`")[1].removeprefix("sgrad/").rstrip("/") for row in rows]
+    assert [name for name in drawn if name in sgrad.LAYERS] == list(sgrad.LAYERS)
 
 
 @pytest.mark.parametrize("path", modules(), ids=module_name)
 def test_imports_flow_from_kernels_up_to_the_command_line(path):
     module, imported = sgrad_imports(path)
-    upward = sorted(name for name in imported if LAYER_OF[name] > LAYER_OF[module])
-    assert not upward, f"sgrad.{module} imports {upward}, which sit above it in docs/architecture.md"
+    upward = sorted(name for name in imported if layer_of(name) > layer_of(module))
+    assert not upward, f"sgrad.{module} imports {upward}, which sit above it in sgrad.LAYERS (docs/architecture.md)"
+
+
+def test_a_module_that_imports_from_a_layer_above_is_found(tmp_path):
+    """The check above can fail: a kernel that imports the training loop sits below what it imports."""
+    for folder in ("nn", "training"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "training" / "loop.py").write_text("")
+    (tmp_path / "nn" / "kernels.py").write_text("from ..training.loop import train_loop\n")
+    module, imported = sgrad_imports(tmp_path / "nn" / "kernels.py", tmp_path)
+    assert (module, imported) == ("nn.kernels", {"training.loop"})
+    assert layer_of("training.loop") > layer_of("nn.kernels")
 
 
 def test_no_module_imports_the_package_sgrad_itself():
@@ -135,11 +158,11 @@ def test_a_cycle_through_an_import_inside_a_function_and_a_package_is_found(tmp_
 
 
 def test_the_library_below_the_experiments_takes_only_the_argument_checks_from_data_gen():
-    below = [p for p in modules() if LAYER_OF[sgrad_imports(p)[0]] < LAYER_OF["experiments.loop"]]
+    below = [p for p in modules() if layer_of(sgrad_imports(p)[0]) < sgrad.LAYERS.index("training")]
     imported = {p.name: line.strip() for p in below for line in p.read_text().splitlines()
                 if line.lstrip().startswith(("import data_gen", "from data_gen"))}
-    assert imported == {"validation.py": "from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, "
-                                         "check_integer, make_rng"}
+    assert imported == {"argument_checks.py": "from data_gen.checks import MAX_ARRAY_BYTES, Seed, check_bool, check_bytes, "
+                                              "check_integer, make_rng"}
 
 
 def test_import_sgrad_loads_neither_matplotlib_nor_the_datasets():
@@ -149,13 +172,22 @@ def test_import_sgrad_loads_neither_matplotlib_nor_the_datasets():
     assert result.stdout.strip() == "['data_gen', 'data_gen.checks']"
 
 
-def test_import_sgrad_loads_no_module_above_the_algorithms():
-    """Not the loop, the parallel engine, the experiments, the figures or the command line: they load when first used."""
+def test_import_sgrad_loads_the_foundation_nn_and_dni_alone():
+    """Not the recurrent parts, the training plumbing, the parallel engine, the experiments, the figures, the course
+    or the command line: they load when first used."""
     code = "import sys, sgrad; print(' '.join(sorted(m[len('sgrad.'):] for m in sys.modules if m.startswith('sgrad.'))))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = result.stdout.split()
-    assert "layers" in loaded
-    assert [name for name in loaded if LAYER_OF[name] > LAYER_OF["__init__"]] == []
+    assert "nn.layers" in loaded and "dni.decoupled" in loaded
+    assert [name for name in loaded if layer_of(name) > sgrad.LAYERS.index("dni")] == []
+
+
+def test_the_course_and_what_a_run_raises_load_on_first_use():
+    code = ("import sys, sgrad; before = 'sgrad.course' in sys.modules; sgrad.course.check_layer_backward; "
+            "sgrad.TrainingDiverged; print(before, 'sgrad.course.checkers' in sys.modules, "
+            "'sgrad.training.diverged' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True", "True"]
 
 
 # In a fresh interpreter: every file that sgrad.provenance reads for its digest, counted by an audit hook (Python's
@@ -231,38 +263,39 @@ def test_the_parallel_engine_runs_the_dni_step_of_sgrad_dni_and_has_none_of_its_
     files = sorted((ROOT / "parallel").glob("*.py"))
     assert [line for path in files for line in dni_maths(path)] == []
     schedules = (ROOT / "parallel" / "schedules.py").read_text()
-    assert ".synthetic_update(" in schedules and ".update_synthetic_weights(" in schedules
+    assert ".update_from_synthetic_gradient(" in schedules and ".update_generator(" in schedules
 
 
 def test_the_scan_for_dni_maths_finds_it_where_it_is():
     """The check above can fail: the step's own module does the maths."""
-    found = dni_maths(ROOT / "dni.py")
+    found = dni_maths(ROOT / "dni" / "decoupled.py")
     assert any("generator.forward(h, condition)" in line for line in found)
     assert any("generator.update(target, self.generator_alpha)" in line for line in found)
 
 
-def test_only_validation_the_experiments_and_the_command_line_import_data_gen():
+def test_only_the_argument_checks_the_experiments_and_the_command_line_import_data_gen():
     importers = sorted(module_name(p) for p in modules() if any(
         line.lstrip().startswith(("import data_gen", "from data_gen")) for line in p.read_text().splitlines()))
-    assert [name for name in importers if name not in ("validation", "cli") and not name.startswith("experiments.")] == []
-    assert "validation" in importers and "cli" in importers
+    assert [name for name in importers
+            if name not in ("argument_checks", "cli") and not name.startswith("experiments.")] == []
+    assert "argument_checks" in importers and "cli" in importers
 
 
 def test_the_measuring_and_the_batch_order_are_shared_by_a_run_in_one_process_and_the_workers():
     graph = import_graph()
-    assert sorted(m for m, imported in graph.items() if "evaluation" in imported) == ["experiments.mnist",
-                                                                                      "parallel.worker"]
-    batch_order = {m for m, imported in graph.items() if "batches" in imported}
-    assert {"experiments.loop", "parallel.worker", "parallel.pipeline"} <= batch_order
+    measuring = sorted(m for m, imported in graph.items() if "training.evaluation" in imported)
+    assert [m for m in measuring if m != "experiments.binary_addition"] == ["experiments.mnist", "parallel.worker"]
+    batch_order = {m for m, imported in graph.items() if "training.batches" in imported}
+    assert {"training.loop", "parallel.worker", "parallel.pipeline"} <= batch_order
 
 
 def test_the_command_line_loads_the_grader_only_for_sgrad_grade():
     """``sgrad compare`` and the others never import the grader, nbclient or nbformat; ``sgrad grade`` does."""
     code = ("import sys; from sgrad.cli import build_parser; build_parser({command!r}); "
             "print(' '.join(sorted(m for m in sys.modules if m in {grading})))")
-    grading = {"sgrad.course.command", "sgrad.course.grader", "sgrad.course.gradebook", "nbclient", "nbformat"}
+    grading = {"sgrad.cli.grade", "sgrad.course.grader", "sgrad.course.gradebook", "nbclient", "nbformat"}
     loaded = {command: subprocess.run([sys.executable, "-c", code.format(command=command, grading=grading)],
                                       capture_output=True, text=True, check=True).stdout.split()
               for command in ("compare", "grade")}
     assert loaded["compare"] == []
-    assert {"sgrad.course.command", "sgrad.course.grader"} <= set(loaded["grade"])
+    assert {"sgrad.cli.grade", "sgrad.course.grader"} <= set(loaded["grade"])

@@ -19,11 +19,10 @@ from strategies import draws, float_dtypes, indices, matrix_sides, non_finite, o
 
 import data_gen
 from data_gen.mnist import MnistNotFoundError, load_mnist, prepare_mnist
-from sgrad import (DNI, Activation, Adam, BatchNorm, DNIBlock, Layer, LinearGenerator, MLPGenerator, Momentum,
-                   Sequential, SyntheticLossGenerator, bce_with_logits, dense_block, mse, softmax,
-                   softmax_cross_entropy)
-from sgrad.losses import get_loss
-from sgrad.optimizers import get_update_rule
+from sgrad import (DNI, Activation, Adam, BatchNorm, DNIBlock, Layer, LinearGenerator, MLPGenerator, Momentum, Sequential,
+                   SyntheticLossGenerator, bce_with_logits, dense_block, mse, softmax, softmax_cross_entropy)
+from sgrad.nn.losses import get_loss
+from sgrad.nn.optimizers import get_update_rule
 
 SGRAD = Path(sys.executable).parent / "sgrad"
 BATCH = 4
@@ -90,13 +89,13 @@ def trained_dni(condition_dim=0):
     layer = DNI(3, 2, "tanh", alpha=0.1, condition_dim=condition_dim, generator_init="blog", update_rule="adam",
                 seed=0)
     condition = rows(BATCH, condition_dim, seed=3) if condition_dim else None
-    layer.forward_and_synthetic_update(rows(BATCH, 3), condition)
-    layer.update_synthetic_weights(rows(BATCH, 2, seed=4))
+    layer.forward_and_update(rows(BATCH, 3), condition)
+    layer.update_generator(rows(BATCH, 2, seed=4))
     return layer
 
 
 def dni_after_forward():
-    """A trained DNI that has just run forward, as the top layer of a stack does before normal_update."""
+    """A trained DNI that has just run forward, as the top layer of a stack does before update_from_true_gradient."""
     layer = trained_dni()
     layer.forward(rows(BATCH, 3, seed=5))
     return layer
@@ -107,8 +106,8 @@ def trained_dni_block(batchnorm_in_block=True, batchnorm_in_generator=False):
     block = dense_block(3, 4, batchnorm=batchnorm_in_block, update_rule="adam", seed=0)
     generator = MLPGenerator(4, hidden=(5,), batchnorm=batchnorm_in_generator, update_rule="adam", seed=1)
     decoupled = DNIBlock(block, generator, 0.1)
-    decoupled.forward_and_synthetic_update(rows(BATCH, 3))
-    decoupled.update_synthetic_weights(rows(BATCH, 4, seed=5))
+    decoupled.forward_and_update(rows(BATCH, 3))
+    decoupled.update_generator(rows(BATCH, 4, seed=5))
     return decoupled
 
 
@@ -181,37 +180,37 @@ CALLS = [
     case("layer-learning-rate-as-text", trained_layer, lambda m: m.update("0.1"),
          TypeError, "alpha (a learning rate) must be a number > 0, e.g. 0.01; got '0.1' (str)"),
     # DNI and cDNI
-    case("cdni-without-condition", lambda: trained_dni(2), lambda m: m.forward_and_synthetic_update(rows(BATCH, 3)),
+    case("cdni-without-condition", lambda: trained_dni(2), lambda m: m.forward_and_update(rows(BATCH, 3)),
          ValueError, "this DNI is conditioned (condition_dim=2)", "pass condition=c of shape (batch, 2)"),
-    case("dni-given-a-condition", trained_dni, lambda m: m.forward_and_synthetic_update(rows(BATCH, 3), rows(BATCH, 2)),
+    case("dni-given-a-condition", trained_dni, lambda m: m.forward_and_update(rows(BATCH, 3), rows(BATCH, 2)),
          ValueError, "this DNI is unconditioned (condition_dim=0) but a condition was given",
          "build it with condition_dim=<width of c>"),
     case("cdni-condition-of-wrong-width", lambda: trained_dni(2),
-         lambda m: m.forward_and_synthetic_update(rows(BATCH, 3), rows(BATCH, 3)),
+         lambda m: m.forward_and_update(rows(BATCH, 3), rows(BATCH, 3)),
          ValueError, "condition must have shape (batch, 2) (2 = condition_dim); got shape (4, 3)"),
     case("cdni-condition-with-too-few-rows", lambda: trained_dni(2),
-         lambda m: m.forward_and_synthetic_update(rows(BATCH, 3), rows(BATCH - 1, 2)),
+         lambda m: m.forward_and_update(rows(BATCH, 3), rows(BATCH - 1, 2)),
          ValueError, "condition must have one row per example: the input has 4 rows, the condition has 3"),
     case("cdni-integer-labels-as-condition", lambda: trained_dni(2),
-         lambda m: m.forward_and_synthetic_update(rows(BATCH, 3), np.ones((BATCH, 2), dtype=np.int64)),
+         lambda m: m.forward_and_update(rows(BATCH, 3), np.ones((BATCH, 2), dtype=np.int64)),
          TypeError, "condition must hold floats; got dtype int64"),
-    case("dni-input-of-wrong-width", trained_dni, lambda m: m.forward_and_synthetic_update(rows(BATCH, 2)),
+    case("dni-input-of-wrong-width", trained_dni, lambda m: m.forward_and_update(rows(BATCH, 2)),
          ValueError, "input must have shape (batch, 3) (3 = this layer's input_dim); got shape (4, 2)"),
-    case("dni-target-of-wrong-shape", trained_dni, lambda m: m.update_synthetic_weights(rows(BATCH, 3)),
+    case("dni-target-of-wrong-shape", trained_dni, lambda m: m.update_generator(rows(BATCH, 3)),
          ValueError, "target must have shape (batch, 2)", "got shape (4, 3)"),
-    case("dni-nan-target", trained_dni, lambda m: m.update_synthetic_weights(with_value(rows(BATCH, 2), np.nan)),
+    case("dni-nan-target", trained_dni, lambda m: m.update_generator(with_value(rows(BATCH, 2), np.nan)),
          ValueError, "target holds NaN or inf"),
-    case("dni-true-gradient-of-wrong-shape", dni_after_forward, lambda m: m.normal_update(rows(BATCH, 3)),
+    case("dni-true-gradient-of-wrong-shape", dni_after_forward, lambda m: m.update_from_true_gradient(rows(BATCH, 3)),
          ValueError, "output_delta must have shape (batch, 2)"),
     # DNIBlock
     case("dni-block-batch-of-one-under-batch-norm", trained_dni_block,
-         lambda m: m.forward_and_synthetic_update(rows(1, 3)),
+         lambda m: m.forward_and_update(rows(1, 3)),
          ValueError, "input has 1 row", "needs a batch of at least 2 rows; use eval() for single examples"),
     case("dni-block-batch-of-one-for-a-batch-norm-generator",
          lambda: trained_dni_block(batchnorm_in_block=False, batchnorm_in_generator=True),
-         lambda m: m.forward_and_synthetic_update(rows(1, 3)),
+         lambda m: m.forward_and_update(rows(1, 3)),
          ValueError, "needs a batch of at least 2 rows"),
-    case("dni-block-input-of-wrong-width", trained_dni_block, lambda m: m.forward_and_synthetic_update(rows(BATCH, 4)),
+    case("dni-block-input-of-wrong-width", trained_dni_block, lambda m: m.forward_and_update(rows(BATCH, 4)),
          ValueError, "input must have shape (batch, 3)"),
     # generators
     case("generator-input-of-wrong-width", generator_after_forward(lambda: LinearGenerator(2, init="blog", seed=0)),
@@ -278,8 +277,8 @@ def test_the_state_record_sees_every_array_that_a_step_changes():
     """The check above is only as good as ``state``: a real step must show up in it."""
     layer = trained_dni(2)
     before = state(layer)
-    layer.forward_and_synthetic_update(rows(BATCH, 3, seed=7), rows(BATCH, 2, seed=8))
-    layer.update_synthetic_weights(rows(BATCH, 2, seed=9))
+    layer.forward_and_update(rows(BATCH, 3, seed=7), rows(BATCH, 2, seed=8))
+    layer.update_generator(rows(BATCH, 2, seed=9))
     changed = changes(before, state(layer))
     for path in (".weights", ".bias", ".input", ".output", ".synthetic_gradient", ".generator.net.weights",
                  ".update_state['weights']['m']", ".generator.net.update_state['weights']['v']"):

@@ -1,8 +1,9 @@
-"""The order of the batches (sgrad.batches.BatchOrder): a new permutation per pass, full batches, carried on exactly."""
+"""The order of the batches (sgrad.training.batches.BatchOrder): a new permutation per pass, full batches, carried on
+exactly."""
 
 import numpy as np
 
-from sgrad.batches import BatchOrder
+from sgrad.training.batches import BatchOrder
 
 
 def test_each_pass_takes_full_batches_of_a_new_permutation_and_skips_the_leftover():

@@ -11,7 +11,7 @@ from conftest import (assert_backward_matches_central_differences, assert_dtype,
 from hypothesis import assume, given
 from strategies import booleans, dtypes, seeds, training_batches, update_rules, widths
 
-from sgrad.batchnorm import BatchNorm
+from sgrad.nn.batchnorm import BatchNorm
 
 BATCH, FEATURES = 6, 4
 

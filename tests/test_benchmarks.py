@@ -56,8 +56,8 @@ def test_the_profiling_loop_runs_a_benchmark_row_and_reports_its_time():
 
 def test_profile_shares_count_the_innermost_sgrad_line_of_each_sample_inside_a_step():
     profile_step = pytest.importorskip("profile_step")
-    step = "<module> (profile_step.py:9);backprop_step (/x/sgrad/steps.py:36)"
-    lines = [f"{step};linear_forward (/x/sgrad/kernels.py:51) 6",
+    step = "<module> (profile_step.py:9);backprop_step (/x/sgrad/dni/steps.py:36)"
+    lines = [f"{step};linear_forward (/x/sgrad/nn/kernels.py:51) 6",
              f"{step};Sequential.forward (/x/sgrad/blocks.py:109);batchnorm_forward (/x/sgrad/batchnorm.py:28);"
              "einsum (/x/numpy/_core/einsumfunc.py:1610) 3",
              f"{step} 1",
@@ -80,15 +80,15 @@ def test_the_compare_step_benchmark_times_each_methods_step_and_evaluation():
 
 def test_compare_step_shares_go_to_the_kind_of_the_innermost_sgrad_frame_that_names_one():
     compare_step = pytest.importorskip("compare_step")
-    kernels = pathlib.Path(compare_step.SOURCE, "sgrad", "kernels.py").read_text().splitlines()
+    kernels = pathlib.Path(compare_step.SOURCE, "sgrad", "nn", "kernels.py").read_text().splitlines()
     product = next(k for k, line in enumerate(kernels, start=1) if " @ " in line)
     bias = next(k for k, line in enumerate(kernels, start=1) if "z += bias" in line)
-    step = "<module> (compare_step.py:9);dni_step (sgrad/steps.py:60);Layer.forward (sgrad/layers.py:81)"
-    lines = [f"{step};linear_forward (sgrad/kernels.py:{product}) 5",
-             f"{step};linear_forward (sgrad/kernels.py:{bias}) 1",
-             f"{step};check_batch (sgrad/validation.py:150);_all (numpy/_core/_methods.py:70) 2",
-             "<module> (compare_step.py:9);dni_step (sgrad/steps.py:60);OwnParameters.update (sgrad/module.py:143);"
-             "Adam.step (sgrad/optimizers.py:80);_check_gradient (sgrad/optimizers.py:115) 1",
+    step = "<module> (compare_step.py:9);dni_step (sgrad/dni/steps.py:60);Layer.forward (sgrad/nn/layers.py:81)"
+    lines = [f"{step};linear_forward (sgrad/nn/kernels.py:{product}) 5",
+             f"{step};linear_forward (sgrad/nn/kernels.py:{bias}) 1",
+             f"{step};check_batch (sgrad/argument_checks.py:150);_all (numpy/_core/_methods.py:70) 2",
+             "<module> (compare_step.py:9);dni_step (sgrad/dni/steps.py:60);OwnParameters.update (sgrad/nn/module.py:143);"
+             "Adam.step (sgrad/nn/optimizers.py:80);_check_gradient (sgrad/nn/optimizers.py:115) 1",
              f"{step} 1",
              "<module> (compare_step.py:3);_find_and_load (<frozen importlib._bootstrap>:1176) 50"]
     total, rows = compare_step.shares(lines)
@@ -271,9 +271,9 @@ def test_the_peer_adapters_per_sequence_step_descends_the_sum_of_each_steps_own_
     """sequence_step's one step is -α Σ_t dL_t/dθ with s_{t-1} held: checked by central differences."""
     bp_lambda_peer = pytest.importorskip("bp_lambda_peer")
     from sgrad import Layer
-    from sgrad.losses import bce_with_logits
-    from sgrad.recurrent import LSTM
-    from sgrad.tbptt import window_loss
+    from sgrad.nn.losses import bce_with_logits
+    from sgrad.recurrent.layers import LSTM
+    from sgrad.recurrent.tbptt import window_loss
 
     rng = np.random.default_rng(1)
     x, y, mask = bp_lambda_peer.copy_repeat_batch(1, 2, rng, batch=3)

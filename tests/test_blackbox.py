@@ -4,7 +4,7 @@ count, its seeding, and the errors at its boundary."""
 import numpy as np
 import pytest
 
-from sgrad.blackbox import estimate_gradient
+from sgrad.dni.zeroth_order import estimate_gradient
 
 D = 10
 

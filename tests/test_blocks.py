@@ -1,4 +1,4 @@
-"""Blocks (sgrad/blocks.py): Activation, Sequential and dense_block, the paper's Linear→BatchNorm→nonlinearity.
+"""Blocks (sgrad/nn/blocks.py): Activation, Sequential and dense_block, the paper's Linear→BatchNorm→nonlinearity.
 
 DNIBlock, a block decoupled by a generator, is specified in test_dni.py; the module tree that train/eval and
 the batch-size rule walk, in test_module.py; bad arguments shared by the whole public API, in test_bad_input.py.
@@ -12,9 +12,9 @@ from hypothesis import assume, given
 from strategies import booleans, dtypes, nonlinearities, seeds, training_batches, update_rules, widths
 
 from sgrad import Layer
-from sgrad.batchnorm import BatchNorm
-from sgrad.blocks import Activation, Sequential, dense_block
-from sgrad.nonlinearities import NONLINEARITIES
+from sgrad.nn.batchnorm import BatchNorm
+from sgrad.nn.blocks import Activation, Sequential, dense_block
+from sgrad.nn.nonlinearities import NONLINEARITIES
 
 BATCH, IN, OUT = 6, 4, 5
 

@@ -1,5 +1,5 @@
-"""TD(λ) for synthetic gradients: the λ-return targets (sgrad.boundary_targets.LambdaReturn, the forward view) and
-accumulate BP(λ)'s eligibility traces (sgrad.eligibility_traces, the backward view, online).
+"""TD(λ) for synthetic gradients: the λ-return targets (sgrad.recurrent.boundary_targets.LambdaReturn, the forward view) and
+accumulate BP(λ)'s eligibility traces (sgrad.recurrent.eligibility_traces, the backward view, online).
 
 The two views agree offline (the core and M held over the batch), λ = 0 is the one-window method, every gradient
 is checked by central differences, and bad input is refused before anything changes.
@@ -13,11 +13,11 @@ from conftest import RecordingGenerator, assert_same_state, tree_state
 from test_tbptt import SumOfGradients, _sequence_task
 
 from sgrad import LinearGenerator, MLPGenerator
-from sgrad.boundary_targets import LambdaReturn, NWindows, Untruncated
-from sgrad.eligibility_traces import BPLambda, accumulate_trace, trace_gradients, window_jacobian
-from sgrad.losses import mse
-from sgrad.recurrent import LSTM, RNN
-from sgrad.tbptt import tbptt_step
+from sgrad.nn.losses import mse
+from sgrad.recurrent.boundary_targets import LambdaReturn, NWindows, Untruncated
+from sgrad.recurrent.eligibility_traces import BPLambda, accumulate_trace, trace_gradients, window_jacobian
+from sgrad.recurrent.layers import LSTM, RNN
+from sgrad.recurrent.tbptt import tbptt_step
 
 TIME, WINDOW = 7, 2  # four windows: steps 1-2, 3-4, 5-6 and 7
 

@@ -15,12 +15,12 @@ from conftest import copy_of_the_code, damage_checkpoint, tiny_mnist
 
 import sgrad
 from data_gen import generate_split
-from sgrad import checkpoint as ckpt
-from sgrad import steps
+from sgrad.dni import steps
 from sgrad.experiments import binary_addition, mnist
-from sgrad.checkpoint import (CheckpointError, CheckpointNotFoundError, load_checkpoint, network_state,
-                              save_checkpoint)
-from sgrad.losses import softmax_cross_entropy
+from sgrad import provenance
+from sgrad.nn import checkpoint as ckpt
+from sgrad.nn.checkpoint import CheckpointError, CheckpointNotFoundError, load_checkpoint, network_state, save_checkpoint
+from sgrad.nn.losses import softmax_cross_entropy
 
 SGRAD = [sys.executable, "-m", "sgrad"]
 ENV = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -122,7 +122,7 @@ def test_metadata_and_extra_arrays_come_back(tmp_path):
 def test_a_checkpoint_records_the_sgrad_version_and_the_digest_of_its_source(tmp_path):
     save_checkpoint(tmp_path / "c.npz", trained("momentum layer"))
     code = load_checkpoint(tmp_path / "c.npz").metadata["code"]
-    assert code == {"sgrad_version": sgrad.__version__, "source_digest": ckpt.source_digest()}
+    assert code == {"sgrad_version": sgrad.__version__, "source_digest": provenance.source_digest()}
     assert len(code["source_digest"]) == 64 and int(code["source_digest"], 16) >= 0
 
 
@@ -255,7 +255,7 @@ SAVE_FOREVER = """
 import sys
 import numpy as np
 import sgrad
-from sgrad.checkpoint import save_checkpoint
+from sgrad.nn.checkpoint import save_checkpoint
 layer = sgrad.Layer(4, 3, "tanh")
 for i in range(1, 10**6):
     save_checkpoint(sys.argv[1], layer, metadata={"i": i}, extra={"fill": np.full(1_000_000, i)})
@@ -547,7 +547,7 @@ def test_sgrad_paper_run_again_with_more_iterations_resumes_a_cell_bit_identical
 
 # --- results that follow the code -------------------------------------------------------------------
 
-DNI_UPDATE = "    module.update(alpha)                                         # 4. descend on ĝ_k at once\n"
+DNI_UPDATE = "    module.update(module_alpha)                                  # 4. descend on ĝ_k at once\n"
 
 
 def test_sgrad_compare_after_an_edit_of_sgrad_starts_afresh_and_says_why(tmp_path):
@@ -560,7 +560,7 @@ def test_sgrad_compare_after_an_edit_of_sgrad_starts_afresh_and_says_why(tmp_pat
     assert first.returncode == 0, first.stderr
     before = json.loads((tmp_path / "out" / "history.json").read_text())["histories"]["dni"]
 
-    dni = src / "sgrad" / "dni.py"
+    dni = src / "sgrad" / "dni" / "decoupled.py"
     assert dni.read_text(encoding="utf-8").count(DNI_UPDATE) == 1
     dni.write_text(dni.read_text(encoding="utf-8").replace(DNI_UPDATE, "    # edited: no descent on ĝ\n"),
                    encoding="utf-8")

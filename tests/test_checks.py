@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from sgrad import DNI, Layer
-from sgrad.course import (CheckResult, check_dni_update, check_generator_update, check_layer_backward,
-                          gradient_check, numerical_gradient, relative_error)
+from sgrad.course import (CheckResult, check_dni_update, check_generator_update, check_layer_backward, gradient_check,
+                          numerical_gradient, relative_error)
 from solutions import MY_DNI, MY_FULL_DNI, MY_LAYER, planted
 
 # exercise: (its marker, its checker, the correct answer)

@@ -20,8 +20,8 @@ from conftest import assert_group_ends, started, tiny_mnist
 from matplotlib.image import imread
 
 import sgrad
-from sgrad.checkpoint import load_checkpoint
 from sgrad.experiments.binary_addition import METHODS
+from sgrad.nn.checkpoint import load_checkpoint
 
 SGRAD = Path(sys.executable).parent / "sgrad"
 EPOCHS, TRAIN, TEST, BATCH_SIZE, HIDDEN = 3, 64, 32, 16, (8, 8)
@@ -334,7 +334,7 @@ def test_every_option_of_paper_has_a_help_text():
     (["compare", "--hidden", "10000000", "--out", "{tmp}/out"],
      "sgrad compare: error: the backprop network would need 4,000,000,128 bytes (3.7 GiB) for its 250,000,008 "
      "parameters, their gradients and adam's state, more than the 2 GiB that sgrad allows "
-     "(sgrad.experiments.settings.MAX_NETWORK_BYTES); use smaller widths"),
+     "(sgrad.training.settings.MAX_NETWORK_BYTES); use smaller widths"),
     (["paper", "--channels", "32", "--out", "{tmp}/out"],
      "sgrad paper: error: --channels 32 does nothing here: it sets the CNN's conv blocks, and --arch mlp builds fully "
      "connected ones; add --arch cnn, or leave --channels out"),

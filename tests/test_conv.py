@@ -1,4 +1,4 @@
-"""The convolutional modules (sgrad/conv.py): Conv2d, MaxPool2d, BatchNorm2d, Activation2d, Flatten and conv_block.
+"""The convolutional modules (sgrad/nn/conv.py): Conv2d, MaxPool2d, BatchNorm2d, Activation2d, Flatten and conv_block.
 
 Every backward pass against central differences in float64 (``L = sum(output * R)``, so that dL/doutput = R),
 and against PyTorch's ``conv2d``, ``max_pool2d`` and ``batch_norm`` over random shapes where PyTorch is installed;
@@ -17,8 +17,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from strategies import booleans, dtypes, seeds, update_rules
 
-from sgrad import BatchNorm, Layer, Sequential, kernels
-from sgrad.conv import Activation2d, BatchNorm2d, Conv2d, Flatten, MaxPool2d, conv_block
+from sgrad import BatchNorm, Layer, Sequential
+from sgrad.nn import kernels
+from sgrad.nn.conv import Activation2d, BatchNorm2d, Conv2d, Flatten, MaxPool2d, conv_block
 
 small = st.integers(1, 3)  # batch, channels, kernel sides, strides
 sides = st.integers(1, 6)  # height and width of the maps

@@ -1,14 +1,14 @@
-"""DNI (sgrad/dni.py): the decoupled step ``synthetic_step``, the blog's ``DNI`` layer and ``DNIBlock``.
+"""DNI (sgrad/dni/decoupled.py): the decoupled step ``synthetic_step``, the blog's ``DNI`` layer and ``DNIBlock``.
 
 ``synthetic_step`` is the DNI step written once, so each behaviour of the step is specified on it, for a
 Layer and for a Linear→BatchNorm→ReLU block: the forward pass, ĝ = M(h, c), the input delta δ computed
 with the parameters from before the update, one step of the module's update rule on ĝ's gradients, and
-every check made before anything changes.  Its two halves (the forward pass, then ``synthetic_update``)
+every check made before anything changes.  Its two halves (the forward pass, then ``update_module_from_synthetic_gradient``)
 give it bit for bit, and a refused step leaves everything as it was.  ``DNI`` and ``DNIBlock`` are specified
 by what they add: they run that step with their own alpha and keep ĝ, they train their generator with
 generator_alpha (also on a late target, with the batch's h), they check a generator when it is attached, and
 DNI's blog-style construction.  The last section runs the step over a convolutional block, whose h and ĝ are
-feature maps.  Stacks of DNI layers (sgrad.steps) are in test_steps.py.
+feature maps.  Stacks of DNI layers (sgrad.dni.steps) are in test_steps.py.
 
 The batch-size rule and train/eval over a DNI's tree are in test_module.py; bad arguments shared by the
 whole public API (a cDNI without its condition, widths, NaN...) in test_bad_input.py.
@@ -26,11 +26,11 @@ from strategies import (MODULE_KINDS, batches, booleans, condition_dims, dtypes,
                         update_rules, widths)
 
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, MLPGenerator, dense_block, synthetic_step
-from sgrad.batchnorm import BatchNorm
-from sgrad.conv import conv_block
-from sgrad.dni import synthetic_update
-from sgrad.generators import ConvGenerator
-from sgrad.kernels import dense_forward
+from sgrad.dni.decoupled import update_module_from_synthetic_gradient
+from sgrad.dni.generators import ConvGenerator
+from sgrad.nn.batchnorm import BatchNorm
+from sgrad.nn.conv import conv_block
+from sgrad.nn.kernels import dense_forward
 
 BATCH, IN, OUT, CONDITION = 6, 4, 5, 3
 ALPHA = 0.1
@@ -213,14 +213,14 @@ def _step_parts(kind, condition_dim=CONDITION):
 
 @pytest.mark.parametrize("input_delta", [True, False])
 @pytest.mark.parametrize("kind", [*MODULE_KINDS, "conv_block"])
-def test_the_forward_pass_then_synthetic_update_is_synthetic_step_bit_for_bit(kind, input_delta):
+def test_the_forward_pass_then_the_module_update_is_synthetic_step_bit_for_bit(kind, input_delta):
     """The two halves a pipeline's worker runs apart: h = module.forward(x), then ĝ, δ and the update."""
     module, generator, x, c = _step_parts(kind)
     halves_module, halves_generator = copy.deepcopy((module, generator))
 
     delta, h, g_hat = synthetic_step(module, generator, x, c, ALPHA, input_delta=input_delta)
     halves_h = halves_module.forward(x)
-    halves_delta, halves_g_hat = synthetic_update(halves_module, halves_generator, halves_h, c, ALPHA,
+    halves_delta, halves_g_hat = update_module_from_synthetic_gradient(halves_module, halves_generator, halves_h, c, ALPHA,
                                                   input_delta=input_delta)
 
     assert np.any(g_hat != 0), "the test needs a non-zero ĝ"
@@ -398,25 +398,25 @@ def test_a_refused_step_puts_back_the_running_statistics_of_the_block_and_of_the
 
 @pytest.mark.parametrize("spoil, error, message", BAD_PREDICTIONS)
 @OWNERS_OF_A_SPOILED_GENERATOR
-def test_a_refused_synthetic_update_leaves_the_module_as_its_forward_pass_left_it(make, spoil, error, message):
+def test_a_refused_update_from_synthetic_gradient_leaves_the_module_as_its_forward_pass_left_it(make, spoil, error, message):
     owner = make()
-    owner.forward_and_synthetic_update(_x(5), _condition(6))
+    owner.forward_and_update(_x(5), _condition(6))
     h = owner.forward(_x())
     owner.generator.spoil = spoil
     before = tree_state(owner)
     with pytest.raises(error, match=message):
-        owner.synthetic_update(h, _condition())
+        owner.update_from_synthetic_gradient(h, _condition())
     assert_same_state(owner, before)
 
 
 @OWNERS_OF_A_SPOILED_GENERATOR
 def test_a_dni_whose_generator_predicts_nan_keeps_its_weights_and_its_last_g_hat(make):
     owner = make()
-    owner.forward_and_synthetic_update(_x(5), _condition(6))
+    owner.forward_and_update(_x(5), _condition(6))
     owner.generator.spoil = _with_nan
     before = tree_state(owner)
     with pytest.raises(ValueError, match="holds NaN or inf"):
-        owner.forward_and_synthetic_update(_x(), _condition())
+        owner.forward_and_update(_x(), _condition())
     assert_same_state(owner, before)
     assert np.isfinite(owner.synthetic_gradient).all()
 
@@ -429,7 +429,7 @@ def test_a_dni_whose_generator_predicts_nan_keeps_its_weights_and_its_last_g_hat
 
 @pytest.mark.parametrize("input_delta", [True, False])
 @OWNERS
-def test_forward_and_synthetic_update_is_synthetic_step_with_its_own_alpha(make, input_delta):
+def test_forward_and_update_is_synthetic_step_with_its_own_alpha(make, input_delta):
     owner = make()
     x, c = _x(), _condition()
     reference = copy.deepcopy(owner)
@@ -437,7 +437,7 @@ def test_forward_and_synthetic_update_is_synthetic_step_with_its_own_alpha(make,
     expected_delta, expected_h, expected_g_hat = synthetic_step(module, reference.generator, x, c, owner.alpha,
                                                                 input_delta=input_delta)
 
-    delta, output = owner.forward_and_synthetic_update(x, c, input_delta=input_delta)
+    delta, output = owner.forward_and_update(x, c, input_delta=input_delta)
 
     assert (delta is None) == (not input_delta)
     if input_delta:
@@ -450,13 +450,13 @@ def test_forward_and_synthetic_update_is_synthetic_step_with_its_own_alpha(make,
 
 @pytest.mark.parametrize("input_delta", [True, False])
 @OWNERS
-def test_forward_then_synthetic_update_is_forward_and_synthetic_update_bit_for_bit(make, input_delta):
+def test_forward_then_update_from_synthetic_gradient_is_forward_and_update_bit_for_bit(make, input_delta):
     whole, halves = make(), make()
     x, c = _x(), _condition()
 
-    delta, output = whole.forward_and_synthetic_update(x, c, input_delta=input_delta)
+    delta, output = whole.forward_and_update(x, c, input_delta=input_delta)
     h = halves.forward(x)
-    halves_delta, g_hat = halves.synthetic_update(h, c, input_delta=input_delta)
+    halves_delta, g_hat = halves.update_from_synthetic_gradient(h, c, input_delta=input_delta)
 
     np.testing.assert_array_equal(h, output)
     np.testing.assert_array_equal(g_hat, whole.synthetic_gradient)
@@ -473,14 +473,14 @@ def test_a_late_target_is_regressed_onto_after_the_generator_predicts_for_its_ba
     randomize(generator.parameters, np.random.default_rng(5))
     owner = make(generator=generator)
     h1, c1 = owner.forward(_x(1)), _condition(1)
-    owner.synthetic_update(h1, c1)
-    owner.forward_and_synthetic_update(_x(2), _condition(2))  # batch 2's prediction
+    owner.update_from_synthetic_gradient(h1, c1)
+    owner.forward_and_update(_x(2), _condition(2))  # batch 2's prediction
     running = _running_statistics(owner.generator)
     reference = copy.deepcopy(owner.generator)
     reference.forward(h1, c1)
     target = _x(7, width=OUT)
 
-    loss = owner.update_synthetic_weights(target, h=h1, condition=c1)
+    loss = owner.update_generator(target, h=h1, condition=c1)
 
     assert loss == reference.update(target, 0.02)
     for name, param in owner.generator.parameters.items():
@@ -501,19 +501,19 @@ def test_a_generator_is_checked_when_it_is_attached_and_a_refused_one_leaves_the
     new = _generator()
     owner.generator = new
     assert owner.generator is new and owner.children()["generator"] is new
-    owner.forward_and_synthetic_update(_x(), _condition())
+    owner.forward_and_update(_x(), _condition())
     assert new.synthetic_gradient is not None
 
 
 @OWNERS
-def test_update_synthetic_weights_is_one_generator_update_with_generator_alpha(make):
+def test_update_generator_is_one_generator_update_with_generator_alpha(make):
     owner = make()
     target = _x(7, width=OUT)
-    owner.forward_and_synthetic_update(_x(), _condition())
+    owner.forward_and_update(_x(), _condition())
     reference = copy.deepcopy(owner.generator)
     before = {name: p.copy() for name, p in owner.generator.parameters.items()}
 
-    loss = owner.update_synthetic_weights(target)
+    loss = owner.update_generator(target)
 
     assert loss == reference.update(target, 0.02)
     for name, param in owner.generator.parameters.items():
@@ -522,18 +522,18 @@ def test_update_synthetic_weights_is_one_generator_update_with_generator_alpha(m
 
 
 @OWNERS
-def test_update_synthetic_weights_before_a_step_raises(make):
-    with pytest.raises(ValueError, match=r"call forward_and_synthetic_update\(input\) first"):
-        make().update_synthetic_weights(np.zeros((BATCH, OUT)))
+def test_update_generator_before_a_step_raises(make):
+    with pytest.raises(ValueError, match=r"call forward_and_update\(input\) first"):
+        make().update_generator(np.zeros((BATCH, OUT)))
 
 
 @OWNERS
-def test_update_synthetic_weights_with_a_target_of_another_shape_raises_and_changes_nothing(make):
+def test_update_generator_with_a_target_of_another_shape_raises_and_changes_nothing(make):
     owner = make()
-    owner.forward_and_synthetic_update(_x(), _condition())
+    owner.forward_and_update(_x(), _condition())
     before = tree_state(owner)
     with pytest.raises(ValueError, match=r"target must have the shape of the last synthetic gradient, \(6, 5\)"):
-        owner.update_synthetic_weights(np.zeros((BATCH - 1, OUT)))
+        owner.update_generator(np.zeros((BATCH - 1, OUT)))
     assert_same_state(owner, before)
 
 
@@ -549,7 +549,7 @@ def test_a_fresh_dni_does_not_move_until_its_generator_has_learned():
     rng = np.random.default_rng(0)
     layer = DNI(5, 4, "tanh", seed=6)
     before = layer.weights.copy()
-    input_delta, _ = layer.forward_and_synthetic_update(random_batch(rng, 3, 5))
+    input_delta, _ = layer.forward_and_update(random_batch(rng, 3, 5))
     np.testing.assert_array_equal(layer.weights, before)
     np.testing.assert_array_equal(input_delta, np.zeros((3, 5)))
 
@@ -581,7 +581,7 @@ def test_dni_update_lowers_the_linearised_loss_and_the_blogs_sign_raises_it():
     x = random_batch(rng, 8, 5)
     layer = DNI(5, 4, "sigmoid", alpha=1e-3, generator_init="blog", seed=2)
     w0 = layer.weights.copy()
-    layer.forward_and_synthetic_update(x)
+    layer.forward_and_update(x)
     g_hat = layer.synthetic_gradient
 
     def surrogate(weights):
@@ -592,7 +592,20 @@ def test_dni_update_lowers_the_linearised_loss_and_the_blogs_sign_raises_it():
     assert surrogate(blog_weights) > surrogate(w0) + 1e-6
 
 
-def test_normal_update_backpropagates_the_true_gradient_and_steps_with_alpha():
+def test_the_blogs_names_on_a_dni_are_its_acts_bit_for_bit():
+    """forward_and_synthetic_update is forward_and_update, update_synthetic_weights is update_generator."""
+    blog, acts = _dni(), _dni()
+    x, c, target = _x(), _condition(), normal(np.random.default_rng(3), BATCH, OUT)
+    blog_delta, blog_output = blog.forward_and_synthetic_update(x, c)
+    delta, output = acts.forward_and_update(x, c)
+    assert np.array_equal(blog_delta, delta) and np.array_equal(blog_output, output)
+    assert blog.update_synthetic_weights(target) == acts.update_generator(target)
+    assert all(np.array_equal(blog.parameters[name], acts.parameters[name]) for name in acts.parameters)
+    assert all(np.array_equal(blog.generator.parameters[name], acts.generator.parameters[name])
+               for name in acts.generator.parameters)
+
+
+def test_update_from_true_gradient_backpropagates_the_true_gradient_and_steps_with_alpha():
     """The blog's top-layer step: the input delta from the pre-update weights, then one step with alpha."""
     layer = _dni(condition_dim=0)
     x, g = _x(), _x(7, width=OUT)
@@ -603,7 +616,7 @@ def test_normal_update_backpropagates_the_true_gradient_and_steps_with_alpha():
     reference.update(layer.alpha)
 
     layer.forward(x)
-    delta = layer.normal_update(g)
+    delta = layer.update_from_true_gradient(g)
 
     np.testing.assert_array_equal(delta, expected_delta)
     np.testing.assert_array_equal(layer.weights, reference.weights)
@@ -618,8 +631,8 @@ def test_keeps_its_dtype_through_a_step(dtype, batch, input_dim, output_dim, con
     layer = DNI(input_dim, output_dim, nonlin, condition_dim=condition_dim, generator_init="blog", update_rule=rule,
                 rng=rng, dtype=dtype)
     c = normal(rng, batch, condition_dim, dtype=dtype) if condition_dim else None
-    input_delta, output = layer.forward_and_synthetic_update(normal(rng, batch, input_dim, dtype=dtype), c)
-    layer.update_synthetic_weights(normal(rng, batch, output_dim, dtype=dtype))
+    input_delta, output = layer.forward_and_update(normal(rng, batch, input_dim, dtype=dtype), c)
+    layer.update_generator(normal(rng, batch, output_dim, dtype=dtype))
     assert_dtype(dtype, input_delta=input_delta, output=output, synthetic_gradient=layer.synthetic_gradient,
                  **{f"generator gradient of {k}": g for k, g in layer.generator.gradients.items()})
     assert_tree_dtype(dtype, layer, "DNI")  # the layer, its generator and the generator's net
@@ -663,12 +676,12 @@ def test_a_dni_block_over_a_conv_block_takes_a_step_then_trains_its_generator_wi
     block, generator, x, c = _conv_step_parts()
     owner = DNIBlock(block, generator, 0.05, generator_alpha=0.02)
     assert (owner.input_dim, owner.output_dim, owner.condition_dim) == (2, 3, CONDITION)
-    delta, output = owner.forward_and_synthetic_update(x, c)
+    delta, output = owner.forward_and_update(x, c)
     assert delta.shape == MAPS_IN and output.shape == MAPS_OUT
     target = normal(np.random.default_rng(9), *MAPS_OUT)
     reference = copy.deepcopy(owner.generator)
 
-    loss = owner.update_synthetic_weights(target)
+    loss = owner.update_generator(target)
 
     assert loss == reference.update(target, 0.02)
     for name, param in owner.generator.parameters.items():
@@ -713,7 +726,7 @@ def test_maps_of_g_hat_that_do_not_fit_h_are_refused_and_block_and_generator_are
 def test_a_conv_dni_block_keeps_its_dtype_through_a_step(dtype, rule):
     block, generator, x, c = _conv_step_parts(dtype=dtype, rule=rule)
     owner = DNIBlock(block, generator, 0.05)
-    delta, output = owner.forward_and_synthetic_update(x, c)
-    owner.update_synthetic_weights(normal(np.random.default_rng(9), *MAPS_OUT, dtype=dtype))
+    delta, output = owner.forward_and_update(x, c)
+    owner.update_generator(normal(np.random.default_rng(9), *MAPS_OUT, dtype=dtype))
     assert_dtype(dtype, input_delta=delta, output=output, synthetic_gradient=owner.synthetic_gradient)
     assert_tree_dtype(dtype, owner, "conv DNIBlock")

@@ -81,9 +81,9 @@ print(json.dumps({
 }))
 """
 # What a student's notebook must not reach: the answers, the checkers' references, the grader and the rest.
-ABSENT = ["solutions", "sgrad.course.solutions", "sgrad.course.driver", "sgrad.course.grader", "sgrad.course.ownwork",
-          "sgrad.course.autograder", "sgrad.course.edition", "sgrad.steps", "sgrad.recurrent", "sgrad.tbptt",
-          "sgrad.experiments", "sgrad.parallel", "sgrad.cli", "sgrad.plotting", "sgrad.checkpoint", "data_gen.mnist"]
+ABSENT = ["solutions", "sgrad.course.solutions", "sgrad.course.exercise_runner", "sgrad.course.grader",
+          "sgrad.course.ownwork", "sgrad.course.autograder", "sgrad.course.edition", "sgrad.dni.steps", "sgrad.recurrent",
+          "sgrad.training", "sgrad.experiments", "sgrad.parallel", "sgrad.cli", "sgrad.nn.checkpoint", "data_gen.mnist"]
 
 
 def test_the_edition_imports_alone_with_notebook_07s_names_and_nothing_else(edition, tmp_path):
@@ -120,14 +120,14 @@ def test_building_into_a_folder_that_holds_sgrad_is_refused(edition):
 
 
 def test_the_build_refuses_a_withheld_name_that_sgrad_no_longer_has(monkeypatch):
-    monkeypatch.setitem(editions.WITHHELD, "sgrad.layers.Layer.backwards", "a name that is not there")
-    with pytest.raises(ValueError, match=r"WITHHELD names what sgrad no longer has: sgrad\.layers\.Layer\.backwards"):
+    monkeypatch.setitem(editions.WITHHELD, "sgrad.nn.layers.Layer.backwards", "a name that is not there")
+    with pytest.raises(ValueError, match=r"WITHHELD names what sgrad no longer has: sgrad\.nn\.layers\.Layer\.backwards"):
         editions.edition()
 
 
 def test_the_build_refuses_to_keep_a_backward_pass_that_is_not_withheld(monkeypatch):
-    monkeypatch.delitem(editions.WITHHELD, "sgrad.kernels.rnn_step_backward")
-    with pytest.raises(ValueError, match=r"would keep the backward passes sgrad\.kernels\.rnn_step_backward: add"):
+    monkeypatch.delitem(editions.WITHHELD, "sgrad.nn.kernels.rnn_step_backward")
+    with pytest.raises(ValueError, match=r"would keep the backward passes sgrad\.nn\.kernels\.rnn_step_backward: add"):
         editions.edition()
 
 
@@ -238,7 +238,7 @@ def test_a_class_that_hands_the_work_to_sgrad_meets_the_withheld_method(edition,
     except NotImplementedError as error:
         print(json.dumps(str(error)))
     """
-    assert run_python(code, edition, cwd=tmp_path) == "sgrad.layers.Layer.backward is withheld while sgrad grade runs: " \
+    assert run_python(code, edition, cwd=tmp_path) == "sgrad.nn.layers.Layer.backward is withheld while sgrad grade runs: " \
                                                       "write it yourself"
 
 
@@ -255,17 +255,19 @@ def test_no_callable_of_the_edition_computes_a_dense_layers_backward_and_sgrads_
 
     on_the_edition, on_sgrad = search(edition), search(ROOT)
     assert on_the_edition["found"] == []
-    assert {"sgrad.kernels.linear_backward", "sgrad.kernels.dense_backward", "sgrad.kernels.rnn_step_backward",
-            "sgrad.kernels.conv2d_backward", "sgrad.fast.conv2d_input_delta", "sgrad.layers.Layer.backward",
-            "sgrad.blocks.Sequential.backward", "sgrad.conv.Conv2d.backward",
-            "sgrad.dni.DecoupledModule.forward_and_synthetic_update", "sgrad.dni.DecoupledModule.synthetic_update",
-            "sgrad.dni.DecoupledModule.update_synthetic_weights", "sgrad.dni.synthetic_step", "sgrad.dni.synthetic_update",
-            "sgrad.generators.Generator.update"} <= set(on_sgrad["found"])
+    assert {"sgrad.nn.kernels.linear_backward", "sgrad.nn.kernels.dense_backward", "sgrad.nn.kernels.rnn_step_backward",
+            "sgrad.nn.kernels.conv2d_backward", "sgrad.nn.fast_kernels.conv2d_input_delta", "sgrad.nn.layers.Layer.backward",
+            "sgrad.nn.blocks.Sequential.backward", "sgrad.nn.conv.Conv2d.backward",
+            "sgrad.dni.decoupled.DecoupledModule.forward_and_update",
+            "sgrad.dni.decoupled.DecoupledModule.update_from_synthetic_gradient",
+            "sgrad.dni.decoupled.DecoupledModule.update_generator",
+            "sgrad.dni.decoupled.synthetic_step", "sgrad.dni.decoupled.update_module_from_synthetic_gradient",
+            "sgrad.dni.generators.Generator.update"} <= set(on_sgrad["found"])
     # the search reached the edition's code: its forward passes, steps, losses and gradient tools ran
-    assert {"sgrad.kernels.linear_forward", "sgrad.kernels.dense_forward", "sgrad.kernels.conv2d_forward",
-            "sgrad.layers.Layer.forward", "sgrad.layers.Layer.predict", "sgrad.conv.Conv2d.forward",
-            "sgrad.blocks.Sequential.forward", "sgrad.generators.Generator.forward", "sgrad.optimizers.SGD.step",
-            "sgrad.losses.mse", "sgrad.course.checkers.gradient_check",
+    assert {"sgrad.nn.kernels.linear_forward", "sgrad.nn.kernels.dense_forward", "sgrad.nn.kernels.conv2d_forward",
+            "sgrad.nn.layers.Layer.forward", "sgrad.nn.layers.Layer.predict", "sgrad.nn.conv.Conv2d.forward",
+            "sgrad.nn.blocks.Sequential.forward", "sgrad.dni.generators.Generator.forward", "sgrad.nn.optimizers.SGD.step",
+            "sgrad.nn.losses.mse", "sgrad.course.checkers.gradient_check",
             "sgrad.course.checkers.relative_error"} <= set(on_the_edition["ran"])
 
 
@@ -280,9 +282,9 @@ def test_the_editions_source_holds_no_answer_line_and_none_of_the_withheld_maths
     answers = {ast.unparse(ast.parse(line).body[0]) for line in answer_lines()}
     assert answers and answers.isdisjoint(source)
     withheld_maths = set()
-    for name in editions.WITHHELD:  # sgrad.<module>.<function>, or sgrad.<module>.<class>.<method>
-        _, module, *path = name.split(".")
-        scope = ast.parse((ROOT / "sgrad" / f"{module}.py").read_text())
+    for name in editions.WITHHELD:  # sgrad.<layer>.<module>.<function>, or sgrad.<layer>.<module>.<class>.<method>
+        _, layer, module, *path = name.split(".")
+        scope = ast.parse((ROOT / "sgrad" / layer / f"{module}.py").read_text())
         for part in path:
             scope = next(node for node in scope.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))
                          and node.name == part)
@@ -372,7 +374,7 @@ import importlib.util, json, os
 import data_gen, sgrad
 print(json.dumps({"files": [sgrad.__file__, data_gen.__file__],
                   "absent": [importlib.util.find_spec(name) is None for name in ("sgrad.course.solutions", "solutions",
-                                                                                 "sgrad.course.driver")]}))"""
+                                                                                 "sgrad.course.exercise_runner")]}))"""
 
 
 def test_notebook_07_with_the_answers_runs_top_to_bottom_on_the_edition_under_grading(edition, tmp_path):

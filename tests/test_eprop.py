@@ -1,4 +1,4 @@
-"""The LSTM's weight gradient by e-prop's eligibility traces (sgrad.eprop): exact where W_h = 0, against central
+"""The LSTM's weight gradient by e-prop's eligibility traces (sgrad.recurrent.eprop): exact where W_h = 0, against central
 differences and against the LSTM's own backward pass; an approximation otherwise; errors at its boundary.
 
 The window's loss is ``L = sum(outputs * R) + sum(last_state * G)``, so that L^h_t = R[:, t] and ĝ = G, as in
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from conftest import numerical_gradient, relative_error
 
-from sgrad.eprop import eprop_backward
-from sgrad.recurrent import LSTM, RNN
+from sgrad.recurrent.eprop import eprop_backward
+from sgrad.recurrent.layers import LSTM, RNN
 
 
 def _window(seed, batch=3, time=5, input_dim=2, hidden_dim=4, recurrent=True):
@@ -108,7 +108,7 @@ def test_the_estimate_is_stored_for_update_and_a_step_moves_the_weights():
 def test_a_core_that_is_not_an_lstm_is_refused():
     core = RNN(2, 3, seed=0)
     core.forward(np.zeros((2, 4, 2)))
-    with pytest.raises(TypeError, match=r"written for sgrad\.recurrent\.LSTM.*got RNN.*core\.backward"):
+    with pytest.raises(TypeError, match=r"written for sgrad\.recurrent\.layers\.LSTM.*got RNN.*core\.backward"):
         eprop_backward(core, np.zeros((2, 4, 3)))
 
 

@@ -1,10 +1,11 @@
-"""Measuring a trained stack (sgrad.evaluation): in evaluation mode, a chunk of rows at a time, training mode back after."""
+"""Measuring a trained stack (sgrad.training.evaluation): in evaluation mode, a chunk of rows at a time, training mode
+back after."""
 
 import numpy as np
 import pytest
 
-from sgrad.evaluation import accuracy, predict_in_eval_mode
 from sgrad.experiments.mnist import PaperConfig, build_network
+from sgrad.training.evaluation import accuracy, predict_in_eval_mode
 
 TINY = PaperConfig(hidden=16, generator_hidden=(8,), batch_size=8, seed=0)
 

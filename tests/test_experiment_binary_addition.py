@@ -11,9 +11,9 @@ from matplotlib.image import imread
 
 import sgrad
 from data_gen import generate_split
-from sgrad.checkpoint import load_checkpoint, network_state
 from sgrad.experiments import binary_addition
 from sgrad.experiments.binary_addition import METHODS, TrainConfig, build_network, comparison_figure, train
+from sgrad.nn.checkpoint import load_checkpoint, network_state
 
 # 5-bit addition (operands below 16): 200 training pairs, 50 held out.  Measured at seed 0 in float32
 # (the default): train bit accuracy backprop 1.000, cdni 1.000, dni 0.789, no-bprop 0.684 (dni - no-bprop

@@ -1,11 +1,11 @@
-"""The cache of finished cells (sgrad.experiments.cells): reused by the same code with the same settings, else not."""
+"""The cache of finished cells (sgrad.training.cell_cache): reused by the same code with the same settings, else not."""
 
 import json
 
 import pytest
 
-from sgrad.experiments.cells import CellCache
 from sgrad.provenance import made_by
+from sgrad.training.cell_cache import CellCache
 
 SETTINGS = {"config": {"depth": 3, "widths": (8, 8)}, "data": "abc"}
 RESULT = {"history": {"accuracy": []}}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sgrad.experiments.char_lm import CharLMConfig, build_model, train_char_lm
-from sgrad.divergence import TrainingDiverged
+from sgrad.training.diverged import TrainingDiverged
 
 K = 4  # the dots between a letter and its repetition
 

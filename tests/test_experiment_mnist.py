@@ -179,7 +179,7 @@ def test_a_cell_made_by_other_code_is_trained_again_and_says_why(tmp_path):
     assert "[backprop, depth 2] iteration 6/6" in grid()[1]
     assert grid()[0] == f"[backprop, depth 2] loaded from {tmp_path / 'out'}"  # the same code: the cell is reused
     made_by = json.loads(cell.read_text())["code"]
-    steps = src / "sgrad" / "steps.py"
+    steps = src / "sgrad" / "dni" / "steps.py"
     steps.write_text(steps.read_text(encoding="utf-8") + "# an edit that changes no number\n", encoding="utf-8")
     lines = grid()
     assert lines[0] == (f"[backprop, depth 2] not reusing {cell}: it was made by other code (another sgrad version "
@@ -203,9 +203,9 @@ from sgrad.experiments.mnist""")
 def test_a_cell_is_recorded_as_made_by_the_code_that_ran_not_by_an_edit_made_while_it_ran(tmp_path):
     src = copy_of_the_code(tmp_path)
     env = dict(os.environ, PYTHONPATH=str(src), OPENBLAS_NUM_THREADS="1")
-    digest = [sys.executable, "-c", "from sgrad.checkpoint import source_digest; print(source_digest())"]
+    digest = [sys.executable, "-c", "from sgrad.provenance import source_digest; print(source_digest())"]
     before = subprocess.run(digest, capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.strip()
-    steps = src / "sgrad" / "steps.py"
+    steps = src / "sgrad" / "dni" / "steps.py"
     run = subprocess.run([sys.executable, "-c", EDITED_WHILE_IT_RUNS, str(tmp_path / "out"), str(steps)],
                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -301,7 +301,7 @@ def test_before_the_nonlinearity_each_block_ends_at_its_batch_norm_and_its_relu_
     assert layers[2].modules[1].bias is None  # the logits' batch norm shifts them
     rng = np.random.default_rng(0)
     x = rng.random((TINY.batch_size, 20), dtype=np.float32)
-    _, u = layers[0].forward_and_synthetic_update(x, input_delta=False)
+    _, u = layers[0].forward_and_update(x, input_delta=False)
     assert (u < 0).mean() > 0.3  # the generator sees BN(z), negative values and all
     logits = layers[2].forward(layers[1].forward(u))
     np.testing.assert_allclose(logits.mean(axis=0), 0.0, atol=1e-5)
@@ -426,7 +426,7 @@ def test_the_cnn_pools_twice_and_its_generators_are_convolutional_and_start_at_z
         for block, side in zip(layers[:-1], (4, 2, 2)):
             h = block.forward(h)
             assert h.shape == (8, 4, side, side)
-            assert isinstance(block.generator, sgrad.generators.ConvGenerator)
+            assert isinstance(block.generator, sgrad.dni.generators.ConvGenerator)
             assert block.generator.condition_dim == condition_dim
             c = np.eye(10, dtype=np.float32)[:8] if condition_dim else None
             np.testing.assert_array_equal(block.generator.forward(h, c), np.zeros_like(h))

@@ -1,10 +1,10 @@
-"""What every experiment's settings share, and the checks made before any work (sgrad.experiments.settings)."""
+"""What every experiment's settings share, and the checks made before any work (sgrad.training.settings)."""
 
 import numpy as np
 import pytest
 
 import sgrad
-from sgrad.experiments import settings
+from sgrad.training import settings
 
 
 def test_check_methods_takes_one_name_or_a_list():
@@ -22,8 +22,8 @@ SPLIT = (np.zeros((8, 3)), np.zeros((8, 2)), np.zeros((4, 3)), np.zeros((4, 2)))
 
 
 def check_targets(y_train, y_test):
-    sgrad.validation.check_batch(y_train, "y_train")
-    sgrad.validation.check_batch(y_test, "y_test", y_train.shape[1])
+    sgrad.argument_checks.check_batch(y_train, "y_train")
+    sgrad.argument_checks.check_batch(y_test, "y_test", y_train.shape[1])
 
 
 @pytest.mark.parametrize("data, batch_size, dtype, error, message", [

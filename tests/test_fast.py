@@ -1,4 +1,4 @@
-"""The speed tricks of sgrad/fast.py, each against the plain formula it replaces.
+"""The speed tricks of sgrad/fast_kernels.py, each against the plain formula it replaces.
 
 Like every test, these run with NumPy's overflow and invalid-operation warnings raised as errors (conftest.py):
 a trick that warns where the plain formula is silent is not the same function.
@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import (dtypes, long_batches, seeds, widths)
 
-from sgrad import fast, kernels
+from sgrad.nn import fast_kernels, kernels
 
 # --- batchnorm_backward: kernels.batchnorm_backward in place --------------------------------------
 
@@ -24,7 +24,7 @@ def test_batchnorm_backward_is_the_plain_kernels(dtype, batch, features, seed):
     arguments = (dout, x_hat, inv_std, gamma)
     copies = [argument.copy() for argument in arguments]
 
-    mine = fast.batchnorm_backward(*arguments)
+    mine = fast_kernels.batchnorm_backward(*arguments)
     plain = kernels.batchnorm_backward(*arguments)
 
     # dx is a difference of terms of size |gamma * inv_std| * |dout| * (1 + x_hat**2); it may cancel to nothing
@@ -54,7 +54,7 @@ def test_batchnorm_forward_is_the_plain_kernels(dtype, batch, features, seed):
     gamma, beta = rng.standard_normal(features).astype(dtype), rng.standard_normal(features).astype(dtype)
     before = x.copy()
 
-    mine = fast.batchnorm_forward(x, gamma, beta, 1e-5)
+    mine = fast_kernels.batchnorm_forward(x, gamma, beta, 1e-5)
     plain = kernels.batchnorm_forward(x, gamma, beta, 1e-5)
 
     eps = np.finfo(dtype).eps
@@ -90,10 +90,10 @@ def test_maxpool2d_is_the_plain_kernels_ties_included(dtype, batch, channels, he
     before = x.copy()
 
     plain, argmax = kernels.maxpool2d_forward(x, kernel, stride, padding)
-    mine = fast.maxpool2d_forward(x, kernel, stride, padding)
+    mine = fast_kernels.maxpool2d_forward(x, kernel, stride, padding)
     np.testing.assert_array_equal(mine, plain, err_msg="output: fast (mine) against the plain kernel")
     dout = rng.standard_normal(plain.shape).astype(dtype)
-    np.testing.assert_array_equal(fast.maxpool2d_backward(dout, x, mine, kernel, stride, padding),
+    np.testing.assert_array_equal(fast_kernels.maxpool2d_backward(dout, x, mine, kernel, stride, padding),
                                   kernels.maxpool2d_backward(dout, argmax, x.shape, kernel, stride, padding),
                                   err_msg="dL/dx: fast (mine) against the plain kernel")
     assert mine.dtype == dtype
@@ -115,7 +115,7 @@ def test_conv2d_input_delta_is_the_plain_kernels(dtype, batch, in_channels, out_
     z, columns = kernels.conv2d_forward(x, weights, None, stride, padding)
     dz = rng.standard_normal(z.shape).astype(dtype)
 
-    mine = fast.conv2d_input_delta(dz, x.shape, weights, stride, padding)
+    mine = fast_kernels.conv2d_input_delta(dz, x.shape, weights, stride, padding)
     plain = kernels.conv2d_backward(dz, columns, x.shape, weights, stride, padding, False)[0]
 
     assert mine.dtype == dtype and mine.shape == x.shape

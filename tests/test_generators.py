@@ -1,4 +1,4 @@
-"""Generators ĝ = M(h, c) (sgrad/generators.py): LinearGenerator, MLPGenerator, SyntheticLossGenerator and ConvGenerator.
+"""Generators ĝ = M(h, c) (sgrad/dni/generators.py): LinearGenerator, MLPGenerator, SyntheticLossGenerator and ConvGenerator.
 
 Initialisation, gradients against central differences, the update, predict, conditioning, learning,
 stability and dtype.  What every generator of rows shares is specified once over the three kinds; what one kind
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from strategies import (LIMIT, batches, booleans, condition_dims, dtypes, generator_kinds, gradient_generator_kinds,
                         hidden_widths, seeds, training_batches, update_rules, widths)
 
-from sgrad.conv import Conv2d
-from sgrad.generators import ConvGenerator, LinearGenerator, MLPGenerator, SyntheticLossGenerator, regression_loss
+from sgrad.dni.generators import ConvGenerator, LinearGenerator, MLPGenerator, SyntheticLossGenerator, regression_loss
+from sgrad.nn.conv import Conv2d
 
 BATCH, WIDTH, CONDITION, HIDDEN = 6, 4, 3, (16, 16)
 CLASSES = {"linear": LinearGenerator, "mlp": MLPGenerator, "synthetic-loss": SyntheticLossGenerator}

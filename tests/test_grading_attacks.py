@@ -115,7 +115,7 @@ LOOKS_LIKE_WORK = list(WRONG)
 # The grader's cell once ran `exec(compile(driver source), ...)` in the notebook's namespace: a notebook-level
 # `exec`, or `compile`, took the builtin's place and answered with sgrad's own classes.
 FORGER = """\
-from sgrad.course import driver as grading_driver
+from sgrad.course import exercise_runner as grading_driver
 references = {"MyLayer": Layer, "MyDNI": DNI, "MyFullDNI": DNI}
 
 def forged_send(key, name, inputs, nonce, _):

@@ -1,9 +1,9 @@
-"""The plain kernels of sgrad/kernels.py that no class checks through its own backward pass.
+"""The plain kernels of sgrad/nn/kernels.py that no class checks through its own backward pass.
 
 The dense-layer and linear kernels are checked through Layer (test_layer.py) and evaluation-mode batch norm's
-``affine_backward`` through BatchNorm (test_batchnorm.py).  Training-mode BatchNorm runs the in-place twin
+``batchnorm_eval_backward`` through BatchNorm (test_batchnorm.py).  Training-mode BatchNorm runs the in-place twin
 ``fast.batchnorm_backward``; the plain ``batchnorm_backward`` it is tested against (test_fast.py) gets its
-own gradient check here.  One RNN or LSTM step is checked here by itself; the layers of sgrad/recurrent.py,
+own gradient check here.  One RNN or LSTM step is checked here by itself; the layers of sgrad/recurrent/layers.py,
 which run the steps over a window, are checked in test_recurrent.py.  So are the windows that convolution and
 pooling read (sum_windows against sliding_windows) and the plain max pooling.
 """
@@ -15,7 +15,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import batches, seeds, training_batches, widths
 
-from sgrad import kernels
+from sgrad.nn import kernels
+from sgrad.training.evaluation import cosine_similarity
 
 
 @given(batch=training_batches, features=widths, seed=seeds)
@@ -41,12 +42,12 @@ def test_batchnorm_backward_matches_central_differences_of_batchnorm_forward(bat
     ([[1.0, 1.0]], [[1.0, 0.0]], np.sqrt(0.5)),
 ], ids=["parallel", "opposite", "orthogonal", "at-45-degrees"])
 def test_cosine_similarity_is_the_cosine_of_the_angle_between_the_flattened_arrays(a, b, expected):
-    assert kernels.cosine_similarity(np.array(a), np.array(b)) == pytest.approx(expected, abs=1e-15)
+    assert cosine_similarity(np.array(a), np.array(b)) == pytest.approx(expected, abs=1e-15)
 
 
 def test_cosine_similarity_with_an_all_zero_array_is_zero():
-    assert kernels.cosine_similarity(np.zeros((2, 3)), np.ones((2, 3))) == 0.0
-    assert kernels.cosine_similarity(np.zeros((2, 3)), np.zeros((2, 3))) == 0.0
+    assert cosine_similarity(np.zeros((2, 3)), np.ones((2, 3))) == 0.0
+    assert cosine_similarity(np.zeros((2, 3)), np.zeros((2, 3))) == 0.0
 
 
 # --- one recurrent step ---------------------------------------------------------------------------------
@@ -109,7 +110,7 @@ def test_lstm_step_forward_gates_are_in_pytorchs_order_input_forget_candidate_ou
 
 # --- convolution and pooling -----------------------------------------------------------------------------
 # The convolution's kernels are checked through Conv2d (test_conv.py).  The plain max pooling is checked here:
-# MaxPool2d runs its twin in sgrad/fast.py, tested against it in test_fast.py.
+# MaxPool2d runs its twin in sgrad/nn/fast_kernels.py, tested against it in test_fast.py.
 
 window_sizes = st.integers(1, 3)  # kernel sides and strides
 map_sides = st.integers(1, 6)

@@ -12,7 +12,7 @@ from hypothesis import given
 from strategies import batches, booleans, dtypes, nonlinearities, seeds, update_rules, widths
 
 from sgrad import Layer, sigmoid, sigmoid_out2deriv, tanh
-from sgrad.losses import mse
+from sgrad.nn.losses import mse
 
 
 def _layer_and_batch(name, seed=0, batch=4, input_dim=3, output_dim=5):

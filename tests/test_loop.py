@@ -1,4 +1,4 @@
-"""The experiment loop (sgrad.experiments.loop): batches, evaluations, divergence, resuming, each method's step.
+"""The experiment loop (sgrad.training.loop): batches, evaluations, divergence, resuming, each method's step.
 
 The loop is driven here by a tiny regression (two sgrad Layers, backprop) so that every behaviour is
 seen on its own; the experiments' own tests check them on binary addition and MNIST.
@@ -12,11 +12,12 @@ import pytest
 from conftest import damage_checkpoint
 
 import sgrad
-from sgrad.batches import BatchOrder
-from sgrad.checkpoint import CheckpointError, load_checkpoint
-from sgrad.experiments import loop, mnist
-from sgrad.losses import mse, softmax_cross_entropy
-from sgrad.steps import backprop_step
+from sgrad.dni.steps import backprop_step
+from sgrad.experiments import mnist
+from sgrad.nn.checkpoint import CheckpointError, load_checkpoint
+from sgrad.nn.losses import mse, softmax_cross_entropy
+from sgrad.training import loop
+from sgrad.training.batches import BatchOrder
 
 EXAMPLES, BATCH = 10, 3  # three batches a pass; one example left over each pass
 

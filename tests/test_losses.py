@@ -13,7 +13,7 @@ from hypothesis import given
 from strategies import (LIMIT, LOSS_NAMES, batches, dtypes, logit_rows_with_targets, loss_names, reductions, seeds,
                         widths)
 
-from sgrad.losses import bce_with_logits, get_loss, mse, softmax, softmax_cross_entropy
+from sgrad.nn.losses import bce_with_logits, get_loss, mse, softmax, softmax_cross_entropy
 
 DTYPES = [np.float32, np.float64]
 

@@ -1,4 +1,4 @@
-"""The Module tree (sgrad/module.py): children and the submodules() walk, train/eval, the batch-size rule,
+"""The Module tree (sgrad/nn/module.py): children and the submodules() walk, train/eval, the batch-size rule,
 which arrays a module owns (own_parameters, buffers) against what it offers to train (parameters), and the two
 operations on a whole tree: restored_on_error and running_averages_kept.
 """
@@ -10,8 +10,8 @@ import pytest
 from conftest import assert_same_state, tree_state
 
 from sgrad import DNI, Activation, BatchNorm, DNIBlock, Layer, MLPGenerator, SyntheticLossGenerator, dense_block
-from sgrad.generators import Generator
-from sgrad.module import restored_on_error, running_averages_kept
+from sgrad.dni.generators import Generator
+from sgrad.nn.module import restored_on_error, running_averages_kept
 
 BATCH = 4
 
@@ -127,11 +127,11 @@ def test_eval_stops_the_running_averages_in_the_block_and_in_the_generator():
     tree = _dni_block().eval()
     norms = _norms(tree)
     before = [(norm.running_mean.copy(), norm.running_var.copy()) for norm in norms]
-    tree.forward_and_synthetic_update(_x(3))
+    tree.forward_and_update(_x(3))
     for norm, (mean, var) in zip(norms, before):
         np.testing.assert_array_equal(norm.running_mean, mean)
         np.testing.assert_array_equal(norm.running_var, var)
-    tree.train().forward_and_synthetic_update(_x(3))
+    tree.train().forward_and_update(_x(3))
     for norm, (mean, var) in zip(norms, before):
         assert np.all(norm.running_mean != mean) and np.all(norm.running_var != var)
 
@@ -172,7 +172,7 @@ def test_check_batch_size_names_the_argument():
 def _forward_one_row(tree):
     """The tree's own forward pass on one row: a decoupled step for DNI and DNIBlock, ĝ = M(h) for a generator."""
     if isinstance(tree, (DNI, DNIBlock)):
-        return tree.forward_and_synthetic_update(_x(tree.input_dim, rows=1))
+        return tree.forward_and_update(_x(tree.input_dim, rows=1))
     if isinstance(tree, Generator):
         return tree.forward(_x(tree.output_dim, rows=1))
     return tree.forward(_x(tree.input_dim, rows=1))
@@ -233,7 +233,7 @@ def test_every_parameter_of_a_tree_is_owned_by_exactly_one_module_in_it():
 
 @pytest.mark.parametrize("make", [lambda: DNI(3, 4, "tanh", seed=0), _dni_block], ids=["DNI", "DNIBlock"])
 def test_a_decoupled_modules_parameters_leave_out_its_generators(make):
-    """The generator learns on its own (update_synthetic_weights): the module's own step must not touch it."""
+    """The generator learns on its own (update_generator): the module's own step must not touch it."""
     module = make()
     generator_arrays = {id(p) for p in module.generator.parameters.values()}
     assert module.parameters and not generator_arrays & {id(p) for p in module.parameters.values()}
@@ -246,8 +246,8 @@ def _trained_dni_block():
     """A DNIBlock after one step: every cache filled, running statistics off their start, Adam's moments set."""
     tree = DNIBlock(dense_block(3, 4, update_rule="adam", seed=0), MLPGenerator(4, hidden=(5,), update_rule="adam",
                                                                                   seed=1))
-    tree.forward_and_synthetic_update(_x(3, seed=1))
-    tree.update_synthetic_weights(_x(4, seed=2))
+    tree.forward_and_update(_x(3, seed=1))
+    tree.update_generator(_x(4, seed=2))
     return tree
 
 

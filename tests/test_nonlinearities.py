@@ -11,8 +11,8 @@ from conftest import assert_dtype, normal, numerical_gradient, relative_error
 from hypothesis import given
 from strategies import LIMIT, batches, dtypes, logits, nonlinearities, seeds, widths
 
-from sgrad.nonlinearities import (NONLINEARITIES, get_nonlinearity, identity, identity_out2deriv, relu,
-                                  relu_out2deriv, sigmoid, sigmoid_out2deriv, tanh, tanh_out2deriv)
+from sgrad.nn.nonlinearities import (NONLINEARITIES, get_nonlinearity, identity, identity_out2deriv, relu, relu_out2deriv,
+                                     sigmoid, sigmoid_out2deriv, tanh, tanh_out2deriv)
 
 EXTREMES = [-LIMIT, -1e3, -800.0, -100.0, -89.0, -40.0, -20.0, -1.0, 0.0, 1.0, 20.0, 40.0, 89.0, 100.0, 800.0, 1e3,
             LIMIT]

@@ -79,7 +79,7 @@ def test_notebook_runs_top_to_bottom_in_smoke_mode(path):
     notebook, _ = execute(path, smoke=True)
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert all(cell.execution_count for cell in code_cells)
-    # A figure made with matplotlib's object API (sgrad.plotting) shows as a picture only once the inline backend
+    # A figure made with matplotlib's object API (sgrad.experiments.plotting) shows as a picture only once the inline backend
     # is on (`%matplotlib inline`); before that, display(fig) leaves the text "<Figure ...>" alone.
     as_text = [i for i, cell in enumerate(notebook.cells) if cell.cell_type == "code" for output in cell.outputs
                if output.get("data", {}).get("text/plain", "").startswith("<Figure") and "image/png" not in output.data]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sgrad import Layer
-from sgrad.optimizers import SGD, Adam, Momentum, UpdateRule, get_update_rule
+from sgrad.nn.optimizers import SGD, Adam, Momentum, UpdateRule, get_update_rule
 
 START = np.array([0.5, -1.0, 2.0])
 GRADS = [np.array([0.2, -3.0, 1.0]), np.array([-0.4, 1.0, 2.0])]

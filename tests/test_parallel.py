@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from conftest import damage_checkpoint
 
-from sgrad.checkpoint import CheckpointError, load_checkpoint, network_state
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
+from sgrad.nn.checkpoint import CheckpointError, load_checkpoint, network_state
 from sgrad.parallel import SCHEDULE_NAMES, split_layers, train_parallel
 from sgrad.parallel.local import LocalEngine
 from sgrad.parallel.timeline import KINDS
@@ -95,7 +95,7 @@ def test_the_pipeline_ends_with_the_single_process_weights_bit_for_bit(data, tmp
 
 def delayed_gradients_in_one_process(layers, stages, batches, loss_fn, alpha):
     """Pipelined backprop's definition, step by step in one process: stage k backpropagates batch t - (K-1-k)."""
-    from sgrad.module import running_averages_kept
+    from sgrad.nn.module import running_averages_kept
 
     count = len(stages)
     kept = [{} for _ in stages]  # per stage: batch -> its input
@@ -299,7 +299,7 @@ def test_a_late_target_is_regressed_onto_with_the_activations_kept_for_its_batch
     from sgrad.parallel.messages import Inbox, Message
     from sgrad.parallel.schedules import Decoupled
     from sgrad.parallel.timeline import Timeline
-    from sgrad.batches import BatchOrder
+    from sgrad.training.batches import BatchOrder
     from sgrad.parallel.worker import Plan, Worker
 
     layers = build_network("cdni", 20, dataclasses.replace(CONFIG, depth=3))

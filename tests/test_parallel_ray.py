@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from sgrad.checkpoint import load_checkpoint, network_state
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
+from sgrad.nn.checkpoint import load_checkpoint, network_state
 from sgrad.parallel import WorkerFailed, train_parallel
 from sgrad.parallel.ray_engine import DIRECT_MESSAGES, LOOPBACK_ONLY, RayEngine, connect
 

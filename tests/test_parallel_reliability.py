@@ -14,8 +14,8 @@ import pytest
 
 from conftest import assert_group_ends, started
 from sgrad import TrainingDiverged
-from sgrad.blocks import Sequential
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
+from sgrad.nn.blocks import Sequential
 from sgrad.parallel import WorkerFailed, train_parallel
 
 CONFIG = PaperConfig(depth=3, hidden=16, generator_hidden=(8,), batch_size=8, dtype="float64", seed=0)

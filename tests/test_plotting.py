@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
+from sgrad.experiments.plotting import TIMELINE_COLORS, plot_accuracy_against_time, plot_paper, plot_timeline
 from sgrad.parallel import train_parallel
-from sgrad.plotting import TIMELINE_COLORS, plot_accuracy_against_time, plot_paper, plot_timeline
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 CONFIG = PaperConfig(depth=3, hidden=16, generator_hidden=(8,), batch_size=8, dtype="float64", seed=0)

@@ -29,7 +29,7 @@ def run_in_a_copy(tmp_path, when):
     env = dict(os.environ, PYTHONPATH=str(src))
     digest = [sys.executable, "-c", "from sgrad.provenance import source_digest; print(source_digest())"]
     before = subprocess.run(digest, capture_output=True, text=True, env=env, cwd=tmp_path, check=True).stdout.strip()
-    result = subprocess.run([sys.executable, "-c", EDIT_DURING_A_RUN, str(src / "sgrad" / "steps.py"), when],
+    result = subprocess.run([sys.executable, "-c", EDIT_DURING_A_RUN, str(src / "sgrad" / "dni" / "steps.py"), when],
                             capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
     return before, json.loads(result.stdout)
 

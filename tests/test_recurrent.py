@@ -1,4 +1,4 @@
-"""The recurrent layers (sgrad.recurrent): backpropagation through time against central differences and against
+"""The recurrent layers (sgrad.recurrent.layers): backpropagation through time against central differences and against
 PyTorch, the carried state, seeds, dtypes, the update, and errors at their boundary.
 
 The window's loss in the gradient checks is ``L = sum(outputs * R) + sum(last_state * G)``, so that backward gets
@@ -14,8 +14,8 @@ from conftest import assert_dtype, assert_gradients_match, assert_same_state, as
 from hypothesis import given, settings
 from strategies import batches, dtypes, seeds, widths
 
-import sgrad.recurrent
-from sgrad.recurrent import LSTM, RNN
+import sgrad.recurrent.layers
+from sgrad.recurrent.layers import LSTM, RNN
 
 CELLS = [RNN, LSTM]
 steps = widths  # 1 to 4 steps in a window
@@ -309,12 +309,12 @@ def test_a_forget_bias_must_be_a_number():
 
 
 def test_the_usage_example_in_the_module_docstring_runs():
-    doc = sgrad.recurrent.__doc__
+    doc = sgrad.recurrent.layers.__doc__
     example = doc[doc.index("    import numpy as np"):doc.index("The maths of one step")]
     code = "\n".join(line[4:] for line in example.splitlines())
     ast.parse(code)
     namespace: dict = {}
-    exec(compile(code, pathlib.Path(sgrad.recurrent.__file__).name, "exec"), namespace)
+    exec(compile(code, pathlib.Path(sgrad.recurrent.layers.__file__).name, "exec"), namespace)
     assert namespace["d_state"].shape == (16, 64) and namespace["outputs"].shape == (16, 8, 32)
 
 

@@ -21,8 +21,7 @@ import zipfile
 import pytest
 
 import sgrad
-from sgrad.course.sandbox import (Sandbox, SandboxUnavailable, check_available, kernel_manager, python_binds,
-                                  python_hidden)
+from sgrad.course.sandbox import Sandbox, SandboxUnavailable, check_available, kernel_manager, python_binds, python_hidden
 
 SOURCE = pathlib.Path(sgrad.__file__).parent.parent  # the checkout whose sgrad these tests import
 TIMEOUT = 60

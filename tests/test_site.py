@@ -419,8 +419,8 @@ def test_no_page_shows_a_raw_table_double_backticks_or_a_tex_subscript(browser, 
 
 
 # The homework's methods (notebook 07), each under the class a student subclasses.
-HOMEWORK = {"sgrad.layers.Layer": ("forward", "backward", "update"),
-            "sgrad.dni.DNI": ("backward", "forward_and_synthetic_update", "update_synthetic_weights")}
+HOMEWORK = {"sgrad.nn.layers.Layer": ("forward", "backward", "update"),
+            "sgrad.dni.decoupled.DNI": ("backward", "forward_and_synthetic_update", "update_synthetic_weights")}
 
 CLASS_OF = """id => {
   const entry = document.getElementById(id);
@@ -435,7 +435,7 @@ def test_the_api_page_shows_the_homework_methods_under_their_class_and_the_class
     try:
         owners = {f"{cls}.{method}": page.evaluate(CLASS_OF, f"{cls}.{method}")
                   for cls, methods in HOMEWORK.items() for method in methods}
-        bases = page.evaluate("""() => document.getElementById('sgrad.dni.DNI').nextElementSibling
+        bases = page.evaluate("""() => document.getElementById('sgrad.dni.decoupled.DNI').nextElementSibling
                                         .querySelector('p').innerText""")
     finally:
         page.close()

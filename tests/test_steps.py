@@ -1,4 +1,4 @@
-"""The training steps of a stack (sgrad.steps): true gradients, targets bootstrapped or given, oracle generators that
+"""The training steps of a stack (sgrad.dni.steps): true gradients, targets bootstrapped or given, oracle generators that
 make DNI backprop, and each step as the layers' public calls.  (Recurrent layers' truncated BPTT: test_tbptt.py.)"""
 
 
@@ -8,12 +8,12 @@ from conftest import RecordingGenerator, assert_same_state, random_batch, tree_s
 
 import sgrad
 from data_gen import generate_split
-from sgrad.experiments.binary_addition import TrainConfig, build_network
-from sgrad.losses import bce_with_logits, mse, softmax_cross_entropy
 from sgrad import DNI, DNIBlock, Layer, LinearGenerator, SyntheticLossGenerator, dense_block
-from sgrad.kernels import dense_backward, dense_forward
-from sgrad.steps import (backprop_step, dni_step, forward_all, synthetic_loss_step, true_gradients,
-                         true_gradients_at_outputs)
+from sgrad.dni.steps import (backprop_step, dni_step, forward_all, synthetic_loss_step, true_gradients,
+                             true_gradients_at_outputs)
+from sgrad.experiments.binary_addition import TrainConfig, build_network
+from sgrad.nn.kernels import dense_backward, dense_forward
+from sgrad.nn.losses import bce_with_logits, mse, softmax_cross_entropy
 
 SMALL = TrainConfig(batch_size=16, alpha=0.01, generator_alpha=0.01, hidden=(32, 32), seed=0)
 
@@ -173,7 +173,7 @@ class OracleGenerator:
         return 0.0
 
 
-# --- stacks of DNI layers (sgrad.steps) -------------------------------------------------------
+# --- stacks of DNI layers (sgrad.dni.steps) -------------------------------------------------------
 
 
 @pytest.mark.parametrize("update_rule", ["sgd", "adam"])
@@ -218,7 +218,7 @@ def test_each_generator_regresses_onto_what_the_layer_above_returned():
     # Run the step by hand, keeping every returned delta and the top's pre-update weights.
     h, returned = x, []
     for layer in layers:
-        delta, h = layer.forward_and_synthetic_update(h)
+        delta, h = layer.forward_and_update(h)
         returned.append(delta)
     top_weights = top.weights.copy()
     top_output = top.forward(h)
@@ -227,7 +227,7 @@ def test_each_generator_regresses_onto_what_the_layer_above_returned():
     np.testing.assert_allclose(top.backward(g), true_gradient_at_h3, rtol=1e-13)
     top.update(0.05)
     for layer, target in zip(layers, returned[1:] + [true_gradient_at_h3]):
-        layer.update_synthetic_weights(target)
+        layer.update_generator(target)
 
     for k, layer in enumerate(layers[:-1]):
         np.testing.assert_array_equal(layer.generator.targets[-1], returned[k + 1])
@@ -255,7 +255,7 @@ def test_each_generator_regresses_onto_what_the_layer_above_returned():
 
 def test_dni_step_equals_each_layers_public_calls():
     # dni_step is the layers' public calls in the order of the paper's algorithm, nothing more.
-    from sgrad.losses import softmax_cross_entropy
+    from sgrad.nn.losses import softmax_cross_entropy
 
     rng = np.random.default_rng(0)
     x, y = rng.random((8, 4)), np.eye(3)[rng.integers(0, 3, 8)]
@@ -267,12 +267,12 @@ def test_dni_step_equals_each_layers_public_calls():
 
     fast, slow = stack(), stack()
     loss, generator_losses = dni_step(fast, x, y, softmax_cross_entropy, 0.1, condition=y)
-    first, h = slow[0].forward_and_synthetic_update(x, y, input_delta=False)
-    second, h = slow[1].forward_and_synthetic_update(h, y)
+    first, h = slow[0].forward_and_update(x, y, input_delta=False)
+    second, h = slow[1].forward_and_update(h, y)
     expected, g = softmax_cross_entropy(slow[2].forward(h), y)
     top_delta = slow[2].backward(g)
     slow[2].update(0.1)
-    expected_generator_losses = [slow[0].update_synthetic_weights(second), slow[1].update_synthetic_weights(top_delta)]
+    expected_generator_losses = [slow[0].update_generator(second), slow[1].update_generator(top_delta)]
     assert first is None
     assert loss == expected and generator_losses == expected_generator_losses
     for a, b in zip(fast, slow):
@@ -302,13 +302,13 @@ def test_synthetic_loss_step_equals_each_blocks_public_calls_with_the_labels_for
 
     fast, slow = stack(), stack()
     loss, generator_losses = synthetic_loss_step(fast, x, y, 0.1)
-    first, h = slow[0].forward_and_synthetic_update(x, y, input_delta=False)
-    second, h = slow[1].forward_and_synthetic_update(h, input_delta=False)
+    first, h = slow[0].forward_and_update(x, y, input_delta=False)
+    second, h = slow[1].forward_and_update(h, input_delta=False)
     per_example, g = softmax_cross_entropy(slow[2].forward(h), y, reduction="none")
     slow[2].backward(g / len(x))
     slow[2].update(0.1)
-    expected_generator_losses = [slow[0].update_synthetic_weights(slow[1].generator.predicted_loss),
-                                 slow[1].update_synthetic_weights(per_example[:, None])]
+    expected_generator_losses = [slow[0].update_generator(slow[1].generator.predicted_loss),
+                                 slow[1].update_generator(per_example[:, None])]
     assert first is None and second is None
     assert loss == float(per_example.mean()) and generator_losses == expected_generator_losses
     assert np.abs(slow[0].synthetic_gradient).max() > 0 and np.abs(slow[1].synthetic_gradient).max() > 0

@@ -1,5 +1,5 @@
-"""Truncated BPTT with DNI at the window boundaries (sgrad.tbptt) and the boundary generator's targets
-(sgrad.boundary_targets): full BPTT from an oracle generator, the step as the modules' public calls, each target
+"""Truncated BPTT with DNI at the window boundaries (sgrad.recurrent.tbptt) and the boundary generator's targets
+(sgrad.recurrent.boundary_targets): full BPTT from an oracle generator, the step as the modules' public calls, each target
 against a hand computation, and bad input refused before anything changes."""
 
 import copy
@@ -10,11 +10,11 @@ from conftest import RecordingGenerator, assert_same_state, tree_state
 
 import sgrad
 from sgrad import BatchNorm, Layer, LinearGenerator, Sequential, SyntheticLossGenerator, UpdateRule
-from sgrad.boundary_targets import NWindows, Untruncated
-from sgrad.eprop import eprop_backward
-from sgrad.losses import mse
-from sgrad.recurrent import LSTM, RNN
-from sgrad.tbptt import tbptt_step
+from sgrad.nn.losses import mse
+from sgrad.recurrent.boundary_targets import NWindows, Untruncated
+from sgrad.recurrent.eprop import eprop_backward
+from sgrad.recurrent.layers import LSTM, RNN
+from sgrad.recurrent.tbptt import tbptt_step
 
 class SumOfGradients(UpdateRule):
     """An update rule that leaves each parameter where it is and adds up the gradients it is handed, in
@@ -350,8 +350,8 @@ BAD_TBPTT = {
     "n-step targets without a generator": ({"generator": None, "targets": NWindows(2)}, ValueError,
                                            r"targets=NWindows\(2\) sets a generator's targets, but none was given"),
     "targets of another kind": ({"targets": "bootstrap"}, TypeError,
-                                r"targets must be one of sgrad.boundary_targets' strategies, such as NWindows\(2\); "
-                                r"got str"),
+                                r"targets must be one of sgrad.recurrent.boundary_targets' strategies, "
+                                r"such as NWindows\(2\); got str"),
     "synthetic scale 0": ({"synthetic_scale": 0}, ValueError,
                           r"synthetic_scale must be a finite number in \(0, 1\], e.g. 0.1; got 0.0"),
     "synthetic scale above 1": ({"synthetic_scale": 1.5}, ValueError, r"synthetic_scale .* got 1.5"),
@@ -360,7 +360,7 @@ BAD_TBPTT = {
     "unknown core gradient": ({"core_gradient": "rtrl"}, ValueError,
                               r"unknown core_gradient 'rtrl'; choose one of 'bptt', 'eprop'"),
     "e-prop for an RNN core": (lambda a: {"core": RNN(2, 3, seed=0), "generator": None, "core_gradient": "eprop"},
-                               TypeError, r"core_gradient='eprop' needs an sgrad.recurrent.LSTM core.*got RNN"),
+                               TypeError, r"core_gradient='eprop' needs an sgrad.recurrent.layers.LSTM core.*got RNN"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The checks at the public boundary (sgrad/validation.py) on what NumPy lets through: ndarray subclasses,
+"""The checks at the public boundary (sgrad/argument_checks.py) on what NumPy lets through: ndarray subclasses,
 numbers near the float maximum, and float64 data that does not fit a float32 network.
 
 Most messages of the checks are specified where a public call meets them (test_bad_input.py); here are the
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sgrad import Layer, mse, softmax_cross_entropy
-from sgrad.validation import check_batch, check_feature_maps, check_fits_dtype, check_same_shape
+from sgrad.argument_checks import check_batch, check_feature_maps, check_fits_dtype, check_same_shape
 
 
 def as_matrix(array):

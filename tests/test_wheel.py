@@ -154,7 +154,7 @@ def wheel_files(built):
 def test_the_wheel_holds_the_two_packages_and_nothing_of_the_repository_around_them(wheel_files):
     tops = {name.split("/")[0] for name in wheel_files}
     assert {top for top in tops if not top.endswith(".dist-info")} == {"sgrad", "data_gen"}
-    assert "sgrad/layers.py" in wheel_files and "sgrad/course/edition.py" in wheel_files
+    assert "sgrad/nn/layers.py" in wheel_files and "sgrad/course/edition.py" in wheel_files
 
 
 def test_the_wheel_holds_no_solution(wheel_files):

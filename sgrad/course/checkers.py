@@ -41,11 +41,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .. import kernels
-from ..dni import DNI
-from ..generators import regression_loss
-from ..layers import Layer
-from . import driver
+from ..dni.decoupled import DNI
+from ..dni.generators import regression_loss
+from ..nn import kernels
+from ..nn.layers import Layer
+from . import exercise_runner
 
 TOLERANCE = 1e-6  # largest relative error accepted; a correct float64 answer is near 1e-9 or below
 BATCH = 8
@@ -101,7 +101,7 @@ def exercise_inputs(exercise: str, seed: int = 0) -> dict[str, Any]:
 
 
 def judge(exercise: str, inputs: dict[str, Any], record: dict[str, Any], raise_on_failure: bool = False) -> CheckResult:
-    """The verdict on ``exercise``: the ``record`` that :func:`sgrad.course.driver.drive` made of the student's
+    """The verdict on ``exercise``: the ``record`` that :func:`sgrad.course.exercise_runner.drive` made of the student's
     code on ``inputs``, compared with what sgrad's reference code gives on the same inputs."""
     judges = {"backward": (_judge_backward, _backward_passed), "dni_update": (_judge_dni_update, _dni_passed),
               "generator_update": (_judge_generator_update, _generator_passed)}
@@ -276,7 +276,7 @@ def check_layer_backward(layer_factory_or_class: Callable[..., Any], *, seed: in
     a wrong sign and a gradient averaged over the batch.
     """
     inputs = exercise_inputs("backward", seed)
-    return judge("backward", inputs, driver.drive("backward", layer_factory_or_class, inputs), raise_on_failure)
+    return judge("backward", inputs, exercise_runner.drive("backward", layer_factory_or_class, inputs), raise_on_failure)
 
 
 def _judge_backward(case, out):
@@ -425,7 +425,7 @@ def check_dni_update(dni_class_or_factory: Callable[..., Any], *, seed: int = 0,
     post-update weights (the blog post's, or through a view of them).
     """
     inputs = exercise_inputs("dni_update", seed)
-    return judge("dni_update", inputs, driver.drive("dni_update", dni_class_or_factory, inputs), raise_on_failure)
+    return judge("dni_update", inputs, exercise_runner.drive("dni_update", dni_class_or_factory, inputs), raise_on_failure)
 
 
 def _judge_dni_update(case, out):
@@ -606,7 +606,7 @@ def check_generator_update(dni_class_or_factory: Callable[..., Any], *, seed: in
     own prediction, ...).
     """
     inputs = exercise_inputs("generator_update", seed)
-    return judge("generator_update", inputs, driver.drive("generator_update", dni_class_or_factory, inputs),
+    return judge("generator_update", inputs, exercise_runner.drive("generator_update", dni_class_or_factory, inputs),
                  raise_on_failure)
 
 
@@ -826,7 +826,7 @@ def _mismatch(received, expected):
     """None if ``received`` matches ``expected``, else what is wrong with it, in a few words."""
     if received is None:
         return "is None; expected " + (f"an array of shape {expected.shape}" if expected.shape else "a number")
-    if isinstance(received, dict):  # a driver's record of an answer that is not an array
+    if isinstance(received, dict):  # an exercise runner's record of an answer that is not an array
         return f"is {_one_line(received.get('kind'))}; expected an array of numbers"
     try:
         received = np.asarray(received, dtype=np.float64)
@@ -864,4 +864,4 @@ def _copy(value):
     return None if value is None else np.array(value, dtype=np.float64)
 
 
-_kind = driver._kind  # "a tuple of length 3", "a value of type str"
+_kind = exercise_runner._kind  # "a tuple of length 3", "a value of type str"

@@ -1,7 +1,7 @@
 """What the grader loads of a notebook to drive its exercises: its imports, functions, classes and constants.
 
 The grader judges the classes a student wrote, not the state the notebook's cells left behind.  So the
-process that drives the exercises (:mod:`sgrad.course.driver`) runs none of the notebook's statements but
+process that drives the exercises (:mod:`sgrad.course.exercise_runner`) runs none of the notebook's statements but
 its definitions, cell by cell in the notebook's order, as a fresh kernel would:
 
 - ``import`` and ``from ... import`` statements;

@@ -6,7 +6,7 @@ whatever the notebook does to reach sgrad's own code, it finds none to pass a ch
 :func:`build` writes the edition from sgrad's source as it is, through Python's syntax tree:
 
 - the modules are the import closure of what notebook 07 imports (:data:`IMPORTS`), nothing more: no
-  experiments, command line, plotting, parallel engine, grader, driver or reference answers;
+  experiments, command line, plotting, parallel engine, grader, exercise runner or reference answers;
 - each function and method of :data:`WITHHELD` keeps its signature, and its body (docstring included)
   becomes ``raise NotImplementedError("<its name> is withheld while sgrad grade runs: write it
   yourself")``.  The rule: no backward pass of any kind (every one holds a dense layer's backward, or
@@ -47,40 +47,42 @@ _BACKWARD = "a backward pass: the edition has none, as each holds a dense layer'
 _BATCHNORM = "batch norm's backward: dL/dβ = Σ over the batch of δ is exercise 1's bias gradient"
 # Every function and method whose body the edition withholds, by module and qualified name, with the reason.
 WITHHELD = {
-    "sgrad.kernels.linear_backward": "xᵀ·δ, Σ δ and δ·Wᵀ: exercise 1's gradients, and exercise 2's step and delta",
-    "sgrad.kernels.dense_backward": "δ = g ⊙ f'(h), then linear_backward: exercise 1 whole",
-    "sgrad.kernels.batchnorm_backward": _BATCHNORM,
-    "sgrad.kernels.affine_backward": _BATCHNORM + " (evaluation mode)",
-    "sgrad.kernels.rnn_step_backward": "one tanh RNN step is a tanh layer: δ = g ⊙ (1 − h²) and δ·W_hᵀ",
-    "sgrad.kernels.lstm_step_backward": "δ·W_hᵀ, a dense layer's input delta",
-    "sgrad.kernels.conv2d_backward": "with 1×1 kernels a convolution is a dense layer: xᵀ·δ and δ·Wᵀ",
-    "sgrad.kernels.maxpool2d_backward": _BACKWARD,
-    "sgrad.kernels.sum_windows": "the backward of sliding_windows, which only backward passes call",
-    "sgrad.fast.batchnorm_backward": _BATCHNORM,
-    "sgrad.fast.maxpool2d_backward": _BACKWARD,
-    "sgrad.fast.conv2d_input_delta": "with 1×1 kernels, δ·Wᵀ: a dense layer's input delta",
-    "sgrad.layers.Layer.backward": "exercise 1",
-    "sgrad.blocks.Activation.backward": "g ⊙ f'(h): exercise 1's weight_output_delta",
-    "sgrad.blocks.Sequential.backward": "its modules' backward passes in a chain: around one Layer, exercise 1",
-    "sgrad.batchnorm.BatchNorm.backward": _BATCHNORM,
-    "sgrad.conv.Conv2d.backward": "with 1×1 kernels a convolution is a dense layer: exercise 1",
-    "sgrad.conv.MaxPool2d.backward": _BACKWARD,
-    "sgrad.conv.BatchNorm2d.backward": _BATCHNORM,
-    "sgrad.conv.Flatten.backward": _BACKWARD,
-    "sgrad.dni.synthetic_step": "the DNI step: exercise 2",
-    "sgrad.dni.synthetic_update": "the DNI step after the forward pass: exercise 2",
-    "sgrad.dni.DecoupledModule.forward_and_synthetic_update": "exercise 2",
-    "sgrad.dni.DecoupledModule.synthetic_update": "the DNI step after the forward pass: exercise 2",
-    "sgrad.dni.DecoupledModule.update_synthetic_weights": "exercise 3",
-    "sgrad.dni.DNI.normal_update": "backward, then a step: exercise 1",
-    "sgrad.dni.DNIBlock.backward": _BACKWARD,
-    "sgrad.generators.regression_loss": "L_M and dL_M/dĝ: the first step of exercise 3's derivation",
-    "sgrad.generators.Generator.update": "the generator's step: exercise 3",
-    "sgrad.generators.Generator._net_delta": "a part of the generator's step: exercise 3",
-    "sgrad.generators.LinearGenerator.parameter_jacobians": "dĝ/dθ of the linear generator: exercise 3's chain rule",
-    "sgrad.generators.LinearGenerator.apply_gradients": "a step of the generator's parameters: exercise 3's last line",
-    "sgrad.generators.SyntheticLossGenerator._net_forward": "ĝ as the backward pass of a predicted loss",
-    "sgrad.generators.SyntheticLossGenerator._net_delta": "a part of the generator's step: exercise 3",
+    "sgrad.nn.kernels.linear_backward": "xᵀ·δ, Σ δ and δ·Wᵀ: exercise 1's gradients, and exercise 2's step and delta",
+    "sgrad.nn.kernels.dense_backward": "δ = g ⊙ f'(h), then linear_backward: exercise 1 whole",
+    "sgrad.nn.kernels.batchnorm_backward": _BATCHNORM,
+    "sgrad.nn.kernels.batchnorm_eval_backward": _BATCHNORM + " (evaluation mode)",
+    "sgrad.nn.kernels.rnn_step_backward": "one tanh RNN step is a tanh layer: δ = g ⊙ (1 − h²) and δ·W_hᵀ",
+    "sgrad.nn.kernels.lstm_step_backward": "δ·W_hᵀ, a dense layer's input delta",
+    "sgrad.nn.kernels.conv2d_backward": "with 1×1 kernels a convolution is a dense layer: xᵀ·δ and δ·Wᵀ",
+    "sgrad.nn.kernels.maxpool2d_backward": _BACKWARD,
+    "sgrad.nn.kernels.sum_windows": "the backward of sliding_windows, which only backward passes call",
+    "sgrad.nn.fast_kernels.batchnorm_backward": _BATCHNORM,
+    "sgrad.nn.fast_kernels.maxpool2d_backward": _BACKWARD,
+    "sgrad.nn.fast_kernels.conv2d_input_delta": "with 1×1 kernels, δ·Wᵀ: a dense layer's input delta",
+    "sgrad.nn.layers.Layer.backward": "exercise 1",
+    "sgrad.nn.blocks.Activation.backward": "g ⊙ f'(h): exercise 1's weight_output_delta",
+    "sgrad.nn.blocks.Sequential.backward": "its modules' backward passes in a chain: around one Layer, exercise 1",
+    "sgrad.nn.batchnorm.BatchNorm.backward": _BATCHNORM,
+    "sgrad.nn.conv.Conv2d.backward": "with 1×1 kernels a convolution is a dense layer: exercise 1",
+    "sgrad.nn.conv.MaxPool2d.backward": _BACKWARD,
+    "sgrad.nn.conv.BatchNorm2d.backward": _BATCHNORM,
+    "sgrad.nn.conv.Flatten.backward": _BACKWARD,
+    "sgrad.dni.decoupled.synthetic_step": "the DNI step: exercise 2",
+    "sgrad.dni.decoupled.update_module_from_synthetic_gradient": "the DNI step after the forward pass: exercise 2",
+    "sgrad.dni.decoupled.DecoupledModule.forward_and_update": "exercise 2",
+    "sgrad.dni.decoupled.DecoupledModule.update_from_synthetic_gradient": "the DNI step after the forward pass: exercise 2",
+    "sgrad.dni.decoupled.DecoupledModule.update_generator": "exercise 3",
+    "sgrad.dni.decoupled.DNI.forward_and_synthetic_update": "exercise 2, by the blog's name",
+    "sgrad.dni.decoupled.DNI.update_synthetic_weights": "exercise 3, by the blog's name",
+    "sgrad.dni.decoupled.DNI.update_from_true_gradient": "backward, then a step: exercise 1",
+    "sgrad.dni.decoupled.DNIBlock.backward": _BACKWARD,
+    "sgrad.dni.generators.regression_loss": "L_M and dL_M/dĝ: the first step of exercise 3's derivation",
+    "sgrad.dni.generators.Generator.update": "the generator's step: exercise 3",
+    "sgrad.dni.generators.Generator._net_delta": "a part of the generator's step: exercise 3",
+    "sgrad.dni.generators.LinearGenerator.parameter_jacobians": "dĝ/dθ of the linear generator: exercise 3's chain rule",
+    "sgrad.dni.generators.LinearGenerator.apply_gradients": "a step of the generator's parameters: exercise 3's last line",
+    "sgrad.dni.generators.SyntheticLossGenerator._net_forward": "ĝ as the backward pass of a predicted loss",
+    "sgrad.dni.generators.SyntheticLossGenerator._net_delta": "a part of the generator's step: exercise 3",
 }
 
 
@@ -129,6 +131,8 @@ def edition(source: pathlib.Path = SOURCE) -> dict[str, str]:
     texts = {module: ast.unparse(tree) + "\n" for module, tree in trees.items()}
     for package in IMPORTS:
         texts[f"{package}.__init__"] = _package(package, source)
+    for package in sorted({module.rsplit(".", 1)[0] for module in trees} - set(IMPORTS)):  # sgrad's layers: nn, dni
+        texts[f"{package}.__init__"] = _docstring_alone(_path(source, f"{package}.__init__"))
     return texts
 
 
@@ -140,9 +144,13 @@ def _path(source: pathlib.Path, module: str) -> pathlib.Path:
 
 
 def _defining_module(source: pathlib.Path, package: str, name: str) -> str:
-    """The module of ``package`` (its own files, not its sub-packages') that defines ``name`` at its top."""
-    found = [f"{package}.{path.stem}" for path in sorted(source.joinpath(*package.split(".")).glob("*.py"))
-             if path.stem != "__init__" and name in _defined(ast.parse(path.read_text(encoding="utf-8")))]
+    """The module of ``package`` (its own files, or its sub-packages' but the course's) that defines ``name`` at
+    its top."""
+    folder = source.joinpath(*package.split("."))
+    paths = [path for path in sorted(folder.rglob("*.py")) if path.stem != "__init__"
+             and (package != "sgrad" or path.relative_to(folder).parts[0] != "course")]
+    found = [".".join((package, *path.relative_to(folder).with_suffix("").parts)) for path in paths
+             if name in _defined(ast.parse(path.read_text(encoding="utf-8")))]
     if len(found) != 1:
         raise ValueError(f"expected one module of {package} to define {name}; found {found or 'none'}")
     return found[0]
@@ -262,7 +270,7 @@ def _stand_in(checker: ast.FunctionDef) -> ast.FunctionDef:
 
 def _borrowed(statement: ast.stmt, tree: ast.Module, source: pathlib.Path) -> ast.stmt:
     """``name = module.function``, for a module of sgrad.course that the edition leaves out: that function's
-    own definition, under ``name`` (the checkers take a helper of the driver so)."""
+    own definition, under ``name`` (the checkers take a helper of the exercise runner so)."""
     if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
             and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Attribute)
             and isinstance(statement.value.value, ast.Name)):
@@ -303,13 +311,18 @@ PACKAGE_DOCSTRINGS = {
 }
 
 
+def _docstring_alone(path: pathlib.Path) -> str:
+    """A sub-package's ``__init__`` as the edition has it: its docstring, and nothing that imports."""
+    return f'"""{ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""}"""\n'
+
+
 def _package(package: str, source: pathlib.Path) -> str:
     """The edition's ``__init__`` of ``package``: its docstring, and the names of :data:`IMPORTS` from their modules."""
     by_module: dict[str, list[str]] = {}
     for name in IMPORTS[package]:
         by_module.setdefault(_defining_module(source, package, name), []).append(name)
     lines = [f'"""{PACKAGE_DOCSTRINGS[package]}"""', ""]
-    lines += [f"from .{module.rsplit('.', 1)[1]} import {', '.join(names)}" for module, names in by_module.items()]
+    lines += [f"from .{module[len(package) + 1:]} import {', '.join(names)}" for module, names in by_module.items()]
     lines += ["", f"__all__ = {list(IMPORTS[package])!r}"]
     return "\n".join(lines) + "\n"
 

@@ -12,7 +12,7 @@ steps, within one wall-clock limit, ``--timeout``:
 1. **The verdicts.**  For each exercise, a fresh Python process loads the notebook's definitions (its
    imports, functions, classes and constants, :mod:`sgrad.course.definitions`; none of its other
    statements), drives the class the student wrote (``MyLayer``, ``MyDNI``, ``MyFullDNI``) on inputs
-   drawn from a seed chosen afresh for this grading (:mod:`sgrad.course.driver`), and writes what came
+   drawn from a seed chosen afresh for this grading (:mod:`sgrad.course.exercise_runner`), and writes what came
    out, as arrays, to a pipe that the grader reads up to a limit.  Every verdict is decided here, in the
    grader's process: the arrays are compared with sgrad's reference code run on the same inputs
    (:func:`sgrad.course.checkers.judge`), and the notebook's source is read for whether each method is
@@ -44,7 +44,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import checkers, definitions, driver, edition, ownwork, processes, sandbox
+from . import checkers, definitions, exercise_runner, edition, ownwork, processes, sandbox
 from .checkers import CheckResult
 
 
@@ -75,13 +75,13 @@ TIMEOUT = 300      # seconds for the whole grading of a notebook: its exercises,
 MEMORY = 4096      # MiB that all the processes of a notebook's sandbox may take together, by default
 MIN_MEMORY = 256          # MiB below which the homework does not run where one cgroup caps a sandbox's processes
 MIN_ADDRESS_SPACE = 1024  # MiB below which a kernel does not start where each process's address space is capped
-ANSWER_LIMIT = 4 * driver.RECORD_LIMIT  # bytes the grader reads of an exercise's answer
+ANSWER_LIMIT = 4 * exercise_runner.RECORD_LIMIT  # bytes the grader reads of an exercise's answer
 MESSAGE_LIMIT = 2**20  # bytes of one message the grader takes from a kernel; a larger one is dropped
 KERNEL_START = 60      # seconds a kernel may take to answer, at most (and never past the deadline)
 # One BLAS thread per process: the homework's arrays are small, and notebooks graded side by side share the cores.
 ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-LIBRARY = "/opt/sgrad-grading/lib"             # where the sandbox holds the homework edition
-DRIVER = "/opt/sgrad-grading/driver.py"        # and the driver
+LIBRARY = "/opt/sgrad-grading/lib"                 # where the sandbox holds the homework edition
+RUNNER = "/opt/sgrad-grading/exercise_runner.py"   # and the exercise runner
 QUOTE = "    │ "  # the margin of every line the report quotes from the notebook
 
 
@@ -172,7 +172,7 @@ def grade(path: pathlib.Path, *, timeout: int = TIMEOUT, memory: int = MEMORY, s
 
 @dataclass
 class _Workspace:
-    """The grader's folders for one notebook: the homework edition and the driver (read-only in the
+    """The grader's folders for one notebook: the homework edition and the exercise runner (read-only in the
     sandboxes), and the folder of the kernel's sockets (read-write; a socket's path may not pass 107 bytes,
     so it is in /tmp when the temporary folder's path is long)."""
 
@@ -191,7 +191,7 @@ def _workspace() -> Iterator[_Workspace]:
             tempfile.TemporaryDirectory(prefix="sgk-", dir=None if short else "/tmp") as kernel:
         workspace = _Workspace(pathlib.Path(folder), pathlib.Path(kernel))
         edition.build(workspace.library)
-        shutil.copy2(driver.__file__, workspace.root / "driver.py")
+        shutil.copy2(exercise_runner.__file__, workspace.root / "exercise_runner.py")
         yield workspace
 
 
@@ -210,12 +210,12 @@ def _box(workspace: _Workspace, memory: int, sandboxed: bool) -> Any:
     if not sandboxed:
         return processes.Unsandboxed(memory_mib=memory, env={**env, "PYTHONPATH": str(workspace.library)})
     return sandbox.Sandbox(memory_mib=memory, env=env, hide=sandbox.python_hidden(), ro_binds=sandbox.python_binds() + [
-        (str(workspace.library), LIBRARY), (str(workspace.root / "driver.py"), DRIVER)],
+        (str(workspace.library), LIBRARY), (str(workspace.root / "exercise_runner.py"), RUNNER)],
         rw_binds=[(str(workspace.kernel), str(workspace.kernel))])
 
 
-def _driver_path(workspace: _Workspace, sandboxed: bool) -> str:
-    return DRIVER if sandboxed else str(workspace.root / "driver.py")
+def _runner_path(workspace: _Workspace, sandboxed: bool) -> str:
+    return RUNNER if sandboxed else str(workspace.root / "exercise_runner.py")
 
 
 _ACTIVE: list[Any] = []  # the sandboxes running now: SIGTERM and Ctrl-C kill them before anything else
@@ -240,7 +240,7 @@ class _Answer:
 
     record: "dict[str, Any] | None" = None
     why: str = ""
-    unstarted: str = ""  # why the driver never started: the grader's failure, not the notebook's
+    unstarted: str = ""  # why the exercise runner never started: the grader's failure, not the notebook's
 
 
 def _drive(workspace, loaded, inputs, deadline, memory, sandboxed):
@@ -248,12 +248,12 @@ def _drive(workspace, loaded, inputs, deadline, memory, sandboxed):
     sandbox, until ``deadline``."""
     answers = {exercise.key: _Answer() for exercise in EXERCISES}
     with _active(_box(workspace, memory, sandboxed)) as box:
-        command = box.command([sys.executable, "-I", _driver_path(workspace, sandboxed)])
+        command = box.command([sys.executable, "-I", _runner_path(workspace, sandboxed)])
         threads = [threading.Thread(target=_drive_one, daemon=True, args=(
             command, box, answers[exercise.key], deadline, {
                 "library": LIBRARY if sandboxed else str(workspace.library), "definitions": loaded.cells,
                 "exercise": exercise.key, "class_name": exercise.class_name,
-                "inputs": driver.encode(inputs[exercise.key])})) for exercise in EXERCISES]
+                "inputs": exercise_runner.encode(inputs[exercise.key])})) for exercise in EXERCISES]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -270,7 +270,7 @@ def _drive(workspace, loaded, inputs, deadline, memory, sandboxed):
 
 
 def _drive_one(command, box, answer, deadline, job):
-    """Run ``command`` (the driver), hand it ``job`` on its standard input, and read its answer into ``answer``."""
+    """Run ``command`` (the exercise runner), hand it ``job`` on its standard input, and read its answer into ``answer``."""
     try:
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    env=box.env)
@@ -284,7 +284,7 @@ def _drive_one(command, box, answer, deadline, job):
         process.kill()
     process.wait()
     errors = process.stderr.read(4096).decode(errors="replace") if process.stderr else ""
-    if not lines or lines[0] != driver.READY:  # nothing of the notebook has run yet
+    if not lines or lines[0] != exercise_runner.READY:  # nothing of the notebook has run yet
         said = errors.strip().splitlines()
         answer.unstarted = ("the grading sandbox could not start" + (f": {said[-1]}" if said else
                             f" (exit status {process.returncode})") if status != "deadline" else
@@ -333,9 +333,9 @@ def _read_lines(process, deadline, limit):
 
 
 def _record(line):
-    """``(record, "")`` from a line of the driver's JSON; ``(None, why)`` if it is not what the driver sends."""
+    """``(record, "")`` from a line of the exercise runner's JSON; ``(None, why)`` if it is not what the runner sends."""
     try:
-        record = driver.decode(json.loads(line))
+        record = exercise_runner.decode(json.loads(line))
         _check_shape(record)
     except (ValueError, TypeError, KeyError, RecursionError) as error:
         return None, f"the check's answer could not be read ({checkers._one_line(error)})"
@@ -343,7 +343,7 @@ def _record(line):
 
 
 def _check_shape(record):
-    """Raise ValueError unless ``record`` has the shape of a driver's record."""
+    """Raise ValueError unless ``record`` has the shape of an exercise runner's record."""
     if not isinstance(record, dict):
         raise ValueError("not a record")
     if record.get("missing"):
@@ -460,7 +460,7 @@ def _first_line(source: str) -> str:
 
 
 def _verdict(exercise, answer, inputs, found, timeout):
-    """The CheckResult of ``exercise``: the judge's on the record its driver sent back (or why there is none),
+    """The CheckResult of ``exercise``: the judge's on the record its exercise runner sent back (or why there is none),
     and what the notebook's source shows."""
     record, reason = answer.record, answer.why.replace("--timeout", f"--timeout {timeout} s")
     if record is not None and record.get("missing"):

@@ -1,6 +1,4 @@
-"""The experiments: a file per experiment, and the plumbing they share, written once.
-
-The experiments:
+"""The experiments: a file per experiment, each run by one command of ``sgrad``.
 
 - :mod:`.binary_addition`: ``sgrad compare``, the blog's task, four methods side by side;
 - :mod:`.mnist`: ``sgrad paper``, the paper's MNIST experiments over methods and depths;
@@ -10,10 +8,7 @@ The experiments:
 - :mod:`.char_lm`: a character-level language model with recurrent DNI (from Python);
   its LSTM model is :mod:`.rnn`'s (:mod:`.lstm_model`).
 
-What they share:
-
-- :mod:`.loop`: the one resumable training loop (batches, divergence, checkpoints, wall time);
-- :mod:`.settings`: the settings every experiment has, and the checks made before any work;
-- :mod:`.files`: the results folder, atomic writes and where checkpoints go;
-- :mod:`.cells`: the cache of finished cells, so that an interrupted grid resumes.
+What they need besides: :mod:`.side_by_side` (independent runs, each in a worker process of its own) and
+:mod:`.plotting` (the figures; matplotlib loads only there).  The plumbing they share, written once (the
+loop, the settings, the results folder, the cell cache, run resume), is :mod:`sgrad.training`.
 """

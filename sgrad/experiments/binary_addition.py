@@ -20,19 +20,20 @@ import numpy as np
 
 from data_gen.binary_addition import generate_split
 
-from .. import kernels
-from ..batches import BatchOrder
-from ..checkpoint import fingerprint
-from ..dni import DNI
-from ..layers import Layer
-from ..losses import bce_with_logits, mse
-from ..nonlinearities import NONLINEARITIES
-from ..steps import forward_all, predict, true_gradients
-from ..validation import check_batch, check_choice, check_integer, check_widths
-from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
-from .loop import RunName, run_and_report, take_step, train_loop
-from .settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings,
-                       check_split, learning_rates)
+from ..argument_checks import check_batch, check_choice, check_integer, check_widths
+from ..atomic_files import atomic_write_text
+from ..dni.decoupled import DNI
+from ..dni.steps import forward_all, predict, true_gradients
+from ..nn.layers import Layer
+from ..nn.losses import bce_with_logits, mse
+from ..nn.nonlinearities import NONLINEARITIES
+from ..training.batches import BatchOrder
+from ..training.evaluation import cosine_similarity
+from ..training.loop import RunName, run_and_report, take_step, train_loop
+from ..training.results_folder import check_out_dir, checkpoint_path, one_writer
+from ..training.resume import fingerprint
+from ..training.settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings,
+                                 check_split, learning_rates)
 from .side_by_side import run_side_by_side
 
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ def train(method: str, data: Sequence[np.ndarray], config: TrainConfig | None = 
     ``checkpoint``, a path to an .npz file, makes the run resumable: every
     ``checkpoint_every`` steps (None: only at the end) the network, the update
     rules' state, the batch order and the history are saved there (see
-    :mod:`sgrad.experiments.loop`).  If the file already holds this run (same
+    :mod:`sgrad.training.loop`).  If the file already holds this run (same
     method, data and settings, ``epochs`` aside) at a step within this run's
     budget, training carries on from it and ends bit for bit where an
     uninterrupted run would; otherwise it starts afresh and replaces the file.
@@ -247,7 +248,7 @@ def _record_epoch(history, method, layers, data, losses, loss_fn, threshold, pro
     condition = y if method == "cdni" else None
     for k, g in enumerate(true_gradients(layers, x, y, loss_fn)):
         synthetic = layers[k].generator.predict(hs[k + 1], condition)
-        history["cosine_similarity"][k].append(kernels.cosine_similarity(synthetic, g))
+        history["cosine_similarity"][k].append(cosine_similarity(synthetic, g))
     for k, generator_losses in enumerate(history["generator_loss"]):  # the epoch's steps: as many as its losses
         history["generator_epoch_loss"][k].append(float(np.mean(generator_losses[-len(losses):])))
 
@@ -345,7 +346,7 @@ def write_results(histories: dict[str, dict[str, Any]], out_dir: str | os.PathLi
 
 def comparison_figure(histories: dict[str, dict[str, Any]], *, steps_per_epoch: int,
                       title: str | None = None) -> "Figure":
-    """:func:`~sgrad.plotting.plot_comparison`'s figure, with every diverged method marked where it stopped.
+    """:func:`~sgrad.experiments.plotting.plot_comparison`'s figure, with every diverged method marked where it stopped.
 
     histories : ``{method: history}`` as :func:`compare` returns it; a diverged
         history holds ``diverged_at_step``, and its ``step_loss`` (one float per
@@ -354,7 +355,7 @@ def comparison_figure(histories: dict[str, dict[str, Any]], *, steps_per_epoch: 
     The loss panel gets an x at (step / steps_per_epoch, last finite loss) and
     the label "<method> diverged at step K".
     """
-    from ..plotting import COLORS, plot_comparison
+    from .plotting import COLORS, plot_comparison
 
     # A generator whose regression diverged reaches losses near 1e300, where matplotlib's log-axis margins
     # overflow; that panel's limits are then set from the data below.

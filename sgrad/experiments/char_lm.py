@@ -5,7 +5,7 @@ readout gives the logits of the next character, and the loss is the softmax
 cross-entropy of every step.  The training text is cut into ``batch_size``
 contiguous streams (:func:`data_gen.text.stream_rows`); each training step takes
 the next window of T = ``window`` characters of every stream and one
-:func:`~sgrad.tbptt.tbptt_step` over it, starting from the state the previous
+:func:`~sgrad.recurrent.tbptt.tbptt_step` over it, starting from the state the previous
 window ended with, so each row reads one continuous text:
 
 - ``bptt``: truncated BPTT.  The gradient stops at every window's end: nothing
@@ -39,13 +39,13 @@ import numpy as np
 
 from data_gen.text import encode, one_hot_ids, split_ids, stream_rows, vocabulary
 
-from ..batches import BatchOrder
-from ..losses import softmax_cross_entropy
-from ..tbptt import tbptt_step
-from ..validation import check_choice, check_integer, check_number
-from .loop import RunName, train_loop
+from ..argument_checks import check_choice, check_integer, check_number
+from ..nn.losses import softmax_cross_entropy
+from ..recurrent.tbptt import tbptt_step
+from ..training.batches import BatchOrder
+from ..training.loop import RunName, train_loop
+from ..training.settings import check_settings, learning_rates
 from .lstm_model import check_recurrent_settings, lstm_model
-from .settings import check_settings, learning_rates
 
 CHAR_LM_METHODS = ("bptt", "dni")
 LN2 = float(np.log(2.0))
@@ -68,7 +68,7 @@ class CharLMConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the generator's
         update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : γ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.tbptt.tbptt_step`): below 1, a discount per window that bounds M's targets.
+        :func:`~sgrad.recurrent.tbptt.tbptt_step`): below 1, a discount per window that bounds M's targets.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for both methods).
     """

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ..generators import LinearGenerator
-from ..layers import Layer
-from ..recurrent import LSTM
-from ..validation import check_integer, check_number
+from ..argument_checks import check_integer, check_number
+from ..dni.generators import LinearGenerator
+from ..nn.layers import Layer
+from ..recurrent.layers import LSTM
 
 
 def lstm_model(input_dim: int, output_dim: int, config: Any, *, generator: bool) -> list[Any]:

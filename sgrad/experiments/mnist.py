@@ -33,22 +33,23 @@ from typing import Any
 
 import numpy as np
 
-from ..batches import BatchOrder
-from ..batchnorm import BatchNorm
-from ..blocks import Sequential, dense_block
-from ..checkpoint import fingerprint
-from ..dni import DNIBlock
-from ..evaluation import accuracy
-from ..generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
-from ..layers import Layer
-from ..losses import softmax_cross_entropy
-from ..steps import true_gradients_at_outputs
-from ..validation import check_bool, check_choice, check_integer, check_labels, check_widths
-from .cells import CellCache
-from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
-from .loop import RunName, run_and_report, take_step, train_loop
-from .settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings, check_split,
-                       learning_rates)
+from ..argument_checks import check_bool, check_choice, check_integer, check_labels, check_widths
+from ..atomic_files import atomic_write_text
+from ..dni.decoupled import DNIBlock
+from ..dni.generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
+from ..dni.steps import true_gradients_at_outputs
+from ..nn.batchnorm import BatchNorm
+from ..nn.blocks import Sequential, dense_block
+from ..nn.layers import Layer
+from ..nn.losses import softmax_cross_entropy
+from ..training.batches import BatchOrder
+from ..training.cell_cache import CellCache
+from ..training.evaluation import accuracy
+from ..training.loop import RunName, run_and_report, take_step, train_loop
+from ..training.results_folder import check_out_dir, checkpoint_path, one_writer
+from ..training.resume import fingerprint
+from ..training.settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings,
+                                 check_split, learning_rates)
 from .mnist_cnn import build_cnn, cnn_parameter_count, image_side
 
 PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss")
@@ -402,7 +403,7 @@ def run_grid(data: Sequence[np.ndarray], *, methods: str | Sequence[str] = PAPER
 
     Everything is checked before the first cell trains (:func:`check_grid`).
     With ``out_dir``, each finished cell is saved there at once (``cells/<method>-depth<d>.json``,
-    with its settings and the code that made it, :func:`sgrad.checkpoint.made_by`); a later call
+    with its settings and the code that made it, :func:`sgrad.nn.checkpoint.made_by`); a later call
     with the same settings and the same code loads it instead of training again, so an
     interrupted grid resumes.  With ``checkpoint_every``
     too, the cell in training is checkpointed every that many iterations
@@ -464,7 +465,7 @@ def results_table(results: Mapping[tuple[str, int], Mapping[str, Any]]) -> str:
 def write_grid(results: Mapping[tuple[str, int], Mapping[str, Any]], out_dir: str | os.PathLike[str],
                config: PaperConfig) -> None:
     """Write ``results.md``, ``paper.png`` and ``histories.json`` for a finished grid."""
-    from ..plotting import plot_paper
+    from .plotting import plot_paper
 
     out = pathlib.Path(out_dir)
     atomic_write_text(out / "results.md", results_table(results) + "\n")

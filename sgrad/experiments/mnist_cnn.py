@@ -9,7 +9,7 @@ hidden conv blocks, then a linear top layer::
 with C = ``config.channels`` and k = ``config.kernel_size``; only the first two blocks
 pool (28 → 14 → 7), so every deeper block works on 7×7 maps.  h_k is a block's output,
 (batch, C, H_k, W_k); a decoupled block's generator is a
-:class:`~sgrad.generators.ConvGenerator`, ĝ_k = M_k(h_k, c), hidden conv layers of
+:class:`~sgrad.dni.generators.ConvGenerator`, ĝ_k = M_k(h_k, c), hidden conv layers of
 ``config.generator_hidden`` channels (none for ``generator='linear'``: one convolution),
 the same k×k kernels, a zero-initialised output convolution, so ĝ_k has h_k's shape; for
 cDNI, c (the one-hot label) is broadcast over the maps as 10 extra channels.
@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ..blocks import Sequential
-from ..conv import Flatten, MaxPool2d, conv_block
-from ..dni import DNIBlock
-from ..generators import ConvGenerator
-from ..layers import Layer
+from ..dni.decoupled import DNIBlock
+from ..dni.generators import ConvGenerator
+from ..nn.blocks import Sequential
+from ..nn.conv import Flatten, MaxPool2d, conv_block
+from ..nn.layers import Layer
 
 POOLED_BLOCKS = 2  # the first two blocks pool: 28×28 → 14×14 → 7×7
 POOL, POOL_STRIDE, POOL_PADDING = 3, 2, 1

@@ -28,16 +28,17 @@ from typing import Any
 
 import numpy as np
 
-from ..checkpoint import fingerprint
-from ..divergence import TrainingDiverged
+from ..argument_checks import check_integer, check_number, damaged
+from ..atomic_files import atomic_write_text
 from ..parallel.local import LocalEngine
 from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, new_history, train_parallel
 from ..parallel.ray_engine import RayEngine, ray_session
 from ..parallel.timeline import Event
-from ..validation import check_integer, check_number
-from .cells import CellCache, damaged
-from .files import atomic_write_text, checkpoint_path, one_writer
-from .settings import check_methods
+from ..training.cell_cache import TRAIN_AGAIN, CellCache
+from ..training.diverged import TrainingDiverged
+from ..training.results_folder import checkpoint_path, one_writer
+from ..training.resume import fingerprint
+from ..training.settings import check_methods
 from .mnist import PaperConfig, build_network, check_grid, summed_cross_entropy
 
 ENGINES = ("local", "ray")
@@ -167,7 +168,7 @@ def _cached_run(path, record):
     if not all(str(lateness).isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
                for lateness, count in counts.items()):
         raise damaged(path, f"its 'stale_targets' must count late targets (whole numbers >= 0) by their lateness "
-                            f"(a whole number >= 0); got {counts!r}")
+                            f"(a whole number >= 0); got {counts!r}", TRAIN_AGAIN)
     return ParallelRun(record["history"], [Event(*(e[field] for field in Event._fields)) for e in record["timeline"]],
                        {int(lateness): count for lateness, count in counts.items()})
 
@@ -217,7 +218,7 @@ def results_table(results: Mapping[Run, ParallelRun], config: PaperConfig, budge
 def write_results(results: Mapping[Run, ParallelRun], out_dir: str | os.PathLike[str], config: PaperConfig,
                   budget: float) -> None:
     """Write ``results.md``, ``timeline.png``, ``accuracy_time.png`` and ``histories.json``."""
-    from ..plotting import plot_accuracy_against_time, plot_timeline
+    from .plotting import plot_accuracy_against_time, plot_timeline
 
     out = pathlib.Path(out_dir)
     atomic_write_text(out / "results.md", results_table(results, config, budget) + "\n")

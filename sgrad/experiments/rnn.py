@@ -3,7 +3,7 @@
 An LSTM core reads a sequence (:mod:`data_gen.copy_task`), a linear readout
 gives the logits of every step's output bits, and the loss is the sigmoid
 cross-entropy of the scored steps.  Training cuts each sequence into windows of
-T steps (:func:`sgrad.tbptt.tbptt_step`):
+T steps (:func:`sgrad.recurrent.tbptt.tbptt_step`):
 
 - ``bptt``: truncated BPTT.  The gradient stops at every window's end, so
   nothing teaches the core to keep a vector for longer than a window: the
@@ -36,17 +36,18 @@ import numpy as np
 
 from data_gen.copy_task import PAPER_THRESHOLD, Curriculum, bits_error, copy_batch, repeat_copy_batch
 
-from ..batches import BatchOrder
-from ..boundary_targets import ONE_WINDOW, BoundaryTargets, LambdaReturn, NWindows, Untruncated
-from ..eligibility_traces import BPLambda
-from ..losses import bce_with_logits
-from ..tbptt import tbptt_step
-from ..validation import check_bool, check_bytes, check_choice, check_integer, check_number
-from .cells import CellCache
-from .files import atomic_write_text, check_out_dir, checkpoint_path, one_writer
-from .loop import RunName, run_and_report, train_loop
+from ..argument_checks import check_bool, check_bytes, check_choice, check_integer, check_number
+from ..atomic_files import atomic_write_text
+from ..nn.losses import bce_with_logits
+from ..recurrent.boundary_targets import ONE_WINDOW, BoundaryTargets, LambdaReturn, NWindows, Untruncated
+from ..recurrent.eligibility_traces import BPLambda
+from ..recurrent.tbptt import tbptt_step
+from ..training.batches import BatchOrder
+from ..training.cell_cache import CellCache
+from ..training.loop import RunName, run_and_report, train_loop
+from ..training.results_folder import check_out_dir, checkpoint_path, one_writer
+from ..training.settings import TARGETS, check_methods, check_network_size, check_settings, learning_rates
 from .lstm_model import check_recurrent_settings, lstm_model
-from .settings import TARGETS, check_methods, check_network_size, check_settings, learning_rates
 
 TASKS = ("copy", "repeat-copy")
 RNN_METHODS = ("bptt", "dni")
@@ -66,7 +67,7 @@ class RnnConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the
         generator's update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : γ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.tbptt.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
+        :func:`~sgrad.recurrent.tbptt.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
     generator_targets : what the DNI generator regresses onto: 'bootstrap' (the default, the method) or
         'true' (a teaching option: the untruncated gradient of the rest of the sequence at each boundary,
         ``tbptt_step(..., targets=Untruncated())``; it backpropagates through every later step, so it shows how far
@@ -82,7 +83,7 @@ class RnnConfig:
         targets on copies: accumulate BP(λ) (``targets=BPLambda(λ)``; costly for a wide state: each trace holds
         state_dim² (state_dim + 1) numbers per sequence).
     core_traces : the LSTM's weight gradient within each window by e-prop's eligibility traces, forward in time,
-        instead of BPTT through the window (``tbptt_step(..., core_gradient='eprop')``, :mod:`sgrad.eprop`); the
+        instead of BPTT through the window (``tbptt_step(..., core_gradient='eprop')``, :mod:`sgrad.recurrent.eprop`); the
         DNI generator's targets are unchanged.  False (the default): BPTT within each window.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for every method) and the sequences drawn.
@@ -203,7 +204,7 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
     """Train ``method`` on ``task`` with windows of T = ``window`` steps under the curriculum; returns the history.
 
     Each step draws a batch of sequences of the curriculum's current N and
-    takes one :func:`~sgrad.tbptt.tbptt_step` over it (T is cut to the sequence's
+    takes one :func:`~sgrad.recurrent.tbptt.tbptt_step` over it (T is cut to the sequence's
     length when a sequence is shorter: full BPTT then).  Every ``eval_every``
     steps a fresh batch is measured and the curriculum told.  The history holds
     ``step``, ``length`` (the N measured) and ``error`` (mean bits per sequence)
@@ -373,7 +374,7 @@ def results_table(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]]
 def write_grid(results: Mapping[tuple[str, str, int, int], Mapping[str, Any]], out_dir: str | os.PathLike[str],
                config: RnnConfig) -> None:
     """Write ``results.md``, ``histories.json``, ``copy_length.png`` and ``curriculum.png`` for a finished grid."""
-    from ..plotting import plot_copy_lengths, plot_curricula
+    from .plotting import plot_copy_lengths, plot_curricula
 
     out = pathlib.Path(out_dir)
     seeds = sorted({s for _, _, _, s in results})

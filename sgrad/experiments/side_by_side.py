@@ -36,7 +36,7 @@ from typing import Any
 
 from ..parallel.engines import WORKER_ENVIRONMENT, WorkerFailed
 from ..parallel.local import environment, exit_cause, exit_with_driver
-from ..validation import check_integer
+from ..argument_checks import check_integer
 
 Progress = Callable[[str], None] | None
 TERMINATED = 128 + signal.SIGTERM  # a worker's exit status after SIGTERM, as a shell reports it

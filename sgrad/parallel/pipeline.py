@@ -4,8 +4,8 @@
 hands each to a worker, starts the workers on an engine (local processes by default, or Ray) and
 listens: it records the test accuracy the top worker reports, writes a checkpoint from the states
 every worker reports, and stops everything if a worker fails.  When it returns, the trained arrays
-are back in ``layers``, as after :func:`sgrad.experiments.loop.train_loop`; and the checkpoint is the
-same file that loop writes (:func:`sgrad.checkpoint.save_run`), so a run resumes from it.
+are back in ``layers``, as after :func:`sgrad.training.loop.train_loop`; and the checkpoint is the
+same file that loop writes (:func:`sgrad.training.resume.save_run`), so a run resumes from it.
 """
 
 import dataclasses
@@ -16,10 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from ..batches import BatchOrder
-from ..checkpoint import damaged, load_network_state, resume_run, save_run
-from ..divergence import TrainingDiverged
-from ..validation import check_batch, check_choice, check_integer, check_labels, check_learning_rate, check_record
+from ..argument_checks import (check_batch, check_choice, check_integer, check_labels, check_learning_rate, check_record,
+                               damaged)
+from ..nn.checkpoint import START_AFRESH, CheckpointError, load_network_state
+from ..training.batches import BatchOrder
+from ..training.diverged import TrainingDiverged
+from ..training.resume import resume_run, save_run
 from .engines import Engine, describe, failure
 from .local import LocalEngine
 from .schedules import SCHEDULES
@@ -61,7 +63,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
         needs :class:`~sgrad.DNIBlock` hidden blocks (cDNI's generators conditioned on the one-hot labels).
     loss_fn, alpha : the loss, summed over the batch, and the learning rate of the top layer (and of
         every layer under backprop); a DNI block uses its own ``alpha`` and ``generator_alpha``.
-    steps, batch_size, rng, eval_every : as in :func:`sgrad.experiments.loop.train_loop`: the same
+    steps, batch_size, rng, eval_every : as in :func:`sgrad.training.loop.train_loop`: the same
         batches, drawn by ``rng``, and the test accuracy after every ``eval_every`` steps and the last.
     workers : 1 to the number of hidden blocks (default: one per block).
     staleness : DNI's bound on a target's lateness (:mod:`sgrad.parallel.schedules`); 0 is exact.
@@ -178,18 +180,18 @@ class Diagnostics:
     def from_json(cls, loop: dict[str, Any], timeline_steps: tuple[int, int], path: Any) -> "Diagnostics":
         """What the loop state of the checkpoint at ``path`` kept, with only the events of the steps this run records.
 
-        Raises :class:`~sgrad.checkpoint.CheckpointError` naming the file and the field if they are not what
+        Raises :class:`~sgrad.nn.checkpoint.CheckpointError` naming the file and the field if they are not what
         :func:`train_parallel` writes.
         """
         try:
             check_record(loop, {"timeline": [Event(0, "", 0, 0.0, 0.0)._asdict()], "stale_targets": {}}, "its 'loop'")
         except ValueError as error:
-            raise damaged(path, str(error)) from None
+            raise damaged(path, str(error), START_AFRESH, CheckpointError) from None
         counts = loop["stale_targets"]
         if not all(lateness.isdigit() and isinstance(count, int) and not isinstance(count, bool) and count >= 0
                    for lateness, count in counts.items()):
             raise damaged(path, f"its loop's 'stale_targets' must count late targets (whole numbers >= 0) by their "
-                                f"lateness (a whole number >= 0); got {counts!r}")
+                                f"lateness (a whole number >= 0); got {counts!r}", START_AFRESH, CheckpointError)
         stale = {int(lateness): count for lateness, count in counts.items()}
         first, last = timeline_steps
         events = [Event(*(e[field] for field in Event._fields)) for e in loop["timeline"] if first <= e["step"] <= last]

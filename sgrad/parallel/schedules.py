@@ -3,7 +3,7 @@
 Every schedule runs on the same workers (:mod:`sgrad.parallel.worker`: worker k holds a stage of
 consecutive blocks, the top one also the top layer) and the same batches.  Worker k's step t:
 
-``backprop``, locked (as :func:`sgrad.steps.backprop_step`, bit for bit)
+``backprop``, locked (as :func:`sgrad.dni.steps.backprop_step`, bit for bit)
     forward h_k = f_k(h_{k-1}) and send it up; wait for g_k = dL/dh_k from above (the top
     computes it from the loss); backpropagate it through the stage, each layer taking its
     descent step as soon as it has passed its delta down; send g_{k-1} down.  While the workers
@@ -25,13 +25,13 @@ with convergence guarantee")
     has no pipeline bubble, so it is the stronger rival for DNI's throughput.  Its price: one more
     forward pass per step below the top, and gradients up to K - 1 steps stale.
 
-``dni`` and ``cdni``, unlocked (the DNI step of :mod:`sgrad.dni`, in its two halves)
+``dni`` and ``cdni``, unlocked (the DNI step of :mod:`sgrad.dni.decoupled`, in its two halves)
     forward h_k = f_k(h_{k-1}) through the stage and send it up at once; then, block by block, the
-    step's second half, :meth:`~sgrad.dni.DNIBlock.synthetic_update`: predict ĝ_j = M_j(h_j, c)
+    step's second half, :meth:`~sgrad.dni.decoupled.DNIBlock.update_from_synthetic_gradient`: predict ĝ_j = M_j(h_j, c)
     (cDNI: c = the labels), backpropagate it through the block (δ_{j-1}, with the weights before
     the step) and descend on it at once.  The bottom block's δ goes down as the target of the
     generator below; every other δ_{j-1} is the target of M_{j-1} in the same worker, which
-    regresses onto it at once (``update_synthetic_weights``), as M_n of the top stage's last block
+    regresses onto it at once (``update_generator``), as M_n of the top stage's last block
     does onto dL/dh_n from the top layer.  The stage's last block below the top gets its targets
     from the worker above: it keeps (h_n, c) of each batch until its target comes, and before it
     predicts batch t its generator regresses onto the targets that have come, waiting only for
@@ -40,7 +40,7 @@ with convergence guarantee")
     target made inside a worker).  A late target is regressed onto after the generator has run
     once more on the kept (h_n, c) (another forward pass, batch norm's running averages put back).
     With ``staleness=0`` every M_j has regressed onto batch t-1's target before it predicts batch
-    t's ĝ, as in :func:`sgrad.steps.dni_step`, and the run is that step's, bit for bit; it is
+    t's ĝ, as in :func:`sgrad.dni.steps.dni_step`, and the run is that step's, bit for bit; it is
     unlocked all the same, since h goes up before any of it and the worker above sends δ back
     while this one forwards the next batch.  With ``staleness >= 1`` which targets come late
     depends on the machine's timing, so such runs differ from one another.
@@ -53,7 +53,7 @@ from typing import Any
 
 import numpy as np
 
-from ..module import running_averages_kept
+from ..nn.module import running_averages_kept
 
 
 def forward(worker: Any, layers: list[Any], x: np.ndarray) -> list[np.ndarray]:
@@ -157,7 +157,7 @@ class Decoupled:
             if j == len(w.blocks) - 1 and not w.is_top:
                 self.regress_late(through=t - 1 - w.plan.staleness, newest=t - 1)
             with w.timeline.record("dni"):  # update unlocked: ĝ_j now, not dL/dh_j later
-                delta, _ = block.synthetic_update(hs[j], condition, input_delta=not (w.is_bottom and j == 0))
+                delta, _ = block.update_from_synthetic_gradient(hs[j], condition, input_delta=not (w.is_bottom and j == 0))
             if j == 0:
                 w.send_down(t, delta)
             else:
@@ -172,7 +172,7 @@ class Decoupled:
         w = self.worker
         h, condition = again or (None, None)
         with w.timeline.record("update"):
-            w.blocks[j].update_synthetic_weights(target, h=h, condition=condition)
+            w.blocks[j].update_generator(target, h=h, condition=condition)
         w.stale_targets[late] = w.stale_targets.get(late, 0) + 1
 
     def regress_late(self, through: int, newest: int) -> None:

@@ -41,7 +41,7 @@ from collections.abc import Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 
-from ..validation import check_choice, check_integer, check_number
+from ..argument_checks import check_choice, check_integer, check_number
 from .schedules import SCHEDULES
 from .worker import split_layers
 
@@ -256,7 +256,7 @@ class CostedWorker:
 class CostedBlock:
     """A block (or the top layer) whose every call costs its :class:`BlockTimes`: it appends ``('compute', seconds)``.
 
-    ``synthetic_update`` costs ĝ's prediction, the backward pass and the step; ``update_synthetic_weights``
+    ``update_from_synthetic_gradient`` costs ĝ's prediction, the backward pass and the step; ``update_generator``
     the regression, and the prediction once more when it is given the batch's h.
     """
 
@@ -272,11 +272,11 @@ class CostedBlock:
     def update(self, alpha: float) -> None:
         self._costs(self.times.update)
 
-    def synthetic_update(self, h: Any, condition: Any, *, input_delta: bool = True) -> tuple[None, None]:
+    def update_from_synthetic_gradient(self, h: Any, condition: Any, *, input_delta: bool = True) -> tuple[None, None]:
         self._costs(self.times.generator + self.times.backward + self.times.update)
         return None, None
 
-    def update_synthetic_weights(self, target: Any, *, h: Any = None, condition: Any = None) -> None:
+    def update_generator(self, target: Any, *, h: Any = None, condition: Any = None) -> None:
         self._costs(self.times.regression + (0.0 if h is None else self.times.generator))
 
     def _costs(self, seconds: float) -> None:

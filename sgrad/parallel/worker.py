@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..batches import BatchOrder
-from ..checkpoint import network_state
-from ..evaluation import accuracy, predict_in_eval_mode
+from ..nn.checkpoint import network_state
+from ..training.batches import BatchOrder
+from ..training.evaluation import accuracy, predict_in_eval_mode
 from .messages import Inbox, Message, Report, Source
 from .schedules import SCHEDULES
 from .timeline import Timeline
