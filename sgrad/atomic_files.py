@@ -4,11 +4,14 @@ A checkpoint (:mod:`sgrad.nn.checkpoint`), an experiment's results and its finis
 (:mod:`sgrad.training.results_folder`, :mod:`sgrad.training.cell_cache`) are all written so.
 """
 
+import contextlib
 import os
 import pathlib
 import re
+import signal
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 
@@ -27,7 +30,8 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
     _remove_stale_temporaries(path)
     tmp = None
     try:  # an interrupt (Ctrl-C, or SIGTERM through sgrad's handler) may land between any two lines
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with _interrupts_held():  # but not between the temporary file's making and its name's keeping
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with os.fdopen(fd, "wb") as file:
             write(file)
             file.flush()
@@ -47,6 +51,19 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     renamed over it.
     """
     atomic_write(path, lambda file: file.write(text.encode("utf-8")))
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM back for the block (where the platform and thread allow): they arrive after it."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _remove_stale_temporaries(path):

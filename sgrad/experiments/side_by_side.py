@@ -162,7 +162,12 @@ def _report_line(connection, line):
 
 
 def _end(signum, frame):
-    """SIGTERM unwinds the run as an exception would, so that ``finally`` blocks and cleanups run."""
+    """SIGTERM unwinds the run as an exception would, so that ``finally`` blocks and cleanups run.
+
+    A second SIGTERM is ignored: sent to the whole process group, the signal reaches the worker and then the
+    driver, which stops its workers with one more; raised again inside a cleanup, it would cut that cleanup
+    short (a checkpoint's temporary file left behind)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(TERMINATED)
 
 
