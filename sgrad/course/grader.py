@@ -195,10 +195,10 @@ def _workspace() -> Iterator[_Workspace]:
         yield workspace
 
 
-def _environment(sandboxed: bool) -> dict[str, str]:
-    """What a notebook's processes see of the environment: nothing of the grader's but the BLAS threads."""
+def _environment(library: str) -> dict[str, str]:
+    """What a notebook's processes see of the environment: nothing of the grader's but the BLAS threads, and
+    ``library`` (the homework edition's folder) first on their path."""
     inherited = {name: os.environ[name] for name in ONE_THREAD if name in os.environ}
-    library = LIBRARY if sandboxed else ""
     return {**ONE_THREAD, **inherited, "SGRAD_SMOKE": "1", "SGRAD_GRADING": "1", "MPLBACKEND": "Agg",
             "PYTHONPATH": library, "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -206,9 +206,9 @@ def _environment(sandboxed: bool) -> dict[str, str]:
 def _box(workspace: _Workspace, memory: int, sandboxed: bool) -> Any:
     """A Sandbox for one step of a notebook's grading (or, with ``sandboxed=False``, the bare hold of
     :class:`sgrad.course.processes.Unsandboxed`)."""
-    env = _environment(sandboxed)
     if not sandboxed:
-        return processes.Unsandboxed(memory_mib=memory, env={**env, "PYTHONPATH": str(workspace.library)})
+        return processes.Unsandboxed(memory_mib=memory, env=_environment(str(workspace.library)))
+    env = _environment(LIBRARY)
     return sandbox.Sandbox(memory_mib=memory, env=env, hide=sandbox.python_hidden(), ro_binds=sandbox.python_binds() + [
         (str(workspace.library), LIBRARY), (str(workspace.root / "exercise_runner.py"), RUNNER)],
         rw_binds=[(str(workspace.kernel), str(workspace.kernel))])
