@@ -43,13 +43,14 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     ones = np.ones(batch, dtype=x.dtype)
 
     # Forward: z = h W + b, h' = f(z), ReLU in place on the fresh z.
-    inputs, h = [], x
+    inputs, outputs, h = [], [], x
     for layer in layers:
         inputs.append(h)
         z = h @ layer.weights
         if layer.bias is not None:
             z += layer.bias
         h = np.maximum(z, 0, out=z) if layer.nonlin is relu else layer.nonlin(z)
+        outputs.append(h)
         layer.input, layer.output = inputs[-1], h
 
     # Softmax cross-entropy, its gradient built in one array: (softmax(h) - onehot) / batch.
@@ -72,9 +73,9 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     for k in range(len(layers) - 1, -1, -1):
         layer = layers[k]
         if layer.nonlin is relu:
-            delta *= layer.output > 0
+            delta *= outputs[k] > 0
         elif layer.nonlin is not identity:
-            delta *= layer.nonlin_deriv(layer.output)
+            delta *= layer.nonlin_deriv(outputs[k])
         layer.weight_output_delta = delta
         gradients.append((layer, inputs[k].T @ delta, ones @ delta if layer.bias is not None else None))
         if k:
