@@ -185,10 +185,13 @@ def main(argv=None):
                          "install it in this environment (pip install torch)") from None
     sys.path.insert(0, str(pathlib.Path(__file__).parent))
     from machine import describe
+    load_before = os.getloadavg()[0]
     rows = measure(args.threads, args.rounds, args.steps)
-    record = {"machine": describe(), "numpy": np.__version__, "torch": torch.__version__,
-              "date": time.strftime("%Y-%m-%d"), "batch": BATCH, "widths": WIDTHS, "rounds": args.rounds,
-              "steps per round": args.steps, "target": TARGET, "threads": {str(k): v for k, v in rows.items()}}
+    command = "python benchmarks/layer_step.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    record = {"command": command.strip(), "machine": describe(), "numpy": np.__version__, "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d"), "load": [load_before, os.getloadavg()[0]], "batch": BATCH,
+              "widths": WIDTHS, "rounds": args.rounds, "steps per round": args.steps, "target": TARGET,
+              "targeted": TARGETED, "threads": {str(k): v for k, v in rows.items()}}
     print(record["machine"], f"numpy {record['numpy']}, PyTorch {record['torch']}")
     within = True
     for threads, row in rows.items():
