@@ -149,6 +149,7 @@ class SyntheticGradient:
     targets: BoundaryTargets = ONE_WINDOW
 
     def __post_init__(self) -> None:
+        # generator_alpha and γ are kept as their checks return them, plain floats (set past the frozen guard).
         if self.generator_alpha is not None:
             object.__setattr__(self, "generator_alpha",
                                argument_checks.check_learning_rate(self.generator_alpha, "generator_alpha"))
