@@ -227,10 +227,10 @@ def _withheld(function: ast.FunctionDef) -> bool:
 
 
 def _course_module(tree: ast.Module, module: str, source: pathlib.Path) -> ast.Module:
-    """A module of sgrad.course as the edition has it: what it borrows from a module that the edition leaves out
-    written in (:func:`_borrowed`), and the imports that nothing kept uses left out.  Of sgrad.course.checkers,
-    the exercise checkers alone, as stand-ins, and what they need: the exercises' modules are left out with the
-    dispatch to them."""
+    """A module of sgrad.course as the edition has it.  A helper it borrows from a module that the edition leaves
+    out is written into it (:func:`_borrowed`), and an import that nothing kept uses is dropped.  Of
+    sgrad.course.checkers the edition keeps the three checkers alone, as stand-ins, with what they need: its
+    dispatch to the exercises' modules goes, and those modules with it."""
     body = [_borrowed(statement, tree, source) for statement in tree.body]
     docstring: str | None
     if module == CHECKERS:
