@@ -25,6 +25,8 @@ class BatchNorm(Module):
     :meth:`train` and :meth:`eval`.
     """
 
+    backward_needs: tuple[str, ...] = ("_cache",)
+
     def __init__(self, features: int, *, momentum: float = 0.1, eps: float = 1e-5,
                  update_rule: str | UpdateRule | None = None, dtype: DTypeLike = np.float64) -> None:
         self.input_dim = self.output_dim = argument_checks.check_integer(features, "features")
@@ -75,9 +77,7 @@ class BatchNorm(Module):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate dL/d(output); stores dL/dgamma and dL/dbeta, returns dL/dx (None if not ``input_delta``)."""
-        if self._cache is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
-        x_hat, inv_std, training = self._cache
+        x_hat, inv_std, training = self.forward_cache()[0]
         argument_checks.check_same_shape(output_delta, "output_delta", x_hat, "the last output")
         backward = fast_kernels.batchnorm_backward if training else kernels.batchnorm_eval_backward
         dx, dgamma, dbeta = backward(output_delta, x_hat, inv_std, self.gamma)

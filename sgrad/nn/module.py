@@ -35,6 +35,9 @@ class Module:
     """Base of sgrad's modules: the tree, the mode, and the arrays a module owns."""
 
     training: bool = True
+    # The attributes in which forward() keeps what backward() needs, each None until the first forward pass;
+    # a subclass adds its own after its parent's, whose backward reads them by place.
+    backward_needs: tuple[str, ...] = ()
     _stale: bool = False  # set by a module's update(): its last forward pass used the parameters from before the step
     # The update rule's state of each own parameter, by name (Adam's moments, for one): see sgrad.nn.optimizers.
     update_state: dict[str, dict[str, Any]]
@@ -82,15 +85,20 @@ class Module:
                 f"{name} has {rows} row, but batch norm in training mode needs a batch of at least {needed} rows; "
                 "use eval() for single examples (training mode normalises with the batch's own statistics)")
 
-    def check_not_stale(self, method: str = "backward()", call: str = "forward(x)") -> None:
-        """Refuse ``method`` once ``update()`` has moved the parameters that the last forward pass used.
+    def forward_cache(self, method: str = "backward()", call: str = "forward(x)") -> tuple[Any, ...]:
+        """What the last forward pass kept for ``method`` (a pass back through it): :attr:`backward_needs`'s values.
 
-        The second half of every backward pass's guard, written once (the first, a forward pass to go back
-        through, checks each module's own cache).  ``call`` is the forward pass to run again.
+        Every backward pass's guard, written once: ``method`` is refused before any forward pass (one of
+        :attr:`backward_needs` is still None), and once ``update()`` has moved the parameters that the last
+        forward pass used.  ``call`` is the forward pass to run (again) first.
         """
+        cache = tuple(getattr(self, name) for name in self.backward_needs)
+        if any(value is None for value in cache):
+            raise ValueError(f"{method} needs a forward pass first; call {call} first")
         if self._stale:
             raise ValueError(f"{method} after update(): the last forward pass used the old weights; "
                              f"call {call} again first")
+        return cache
 
     def train(self, mode: bool = True) -> "Module":
         """Set training mode (``mode=True``) or evaluation mode on this module and everything inside it."""
@@ -120,7 +128,8 @@ class OwnParameters(Module):
     Each parameter ``name`` of :meth:`own_parameters` has its gradient ``name_grad`` (``weights_grad``,
     ``bias_grad``, ...): set by the module's ``backward``, None before it and once :meth:`update` has used it.
     The constructor calls ``_start_learning`` once the parameters exist; ``backward`` refuses to run once
-    ``update`` has stepped (:meth:`Module.check_not_stale`): the last forward pass used the weights from before it.
+    ``update`` has stepped (:meth:`Module.forward_cache`): the last forward pass used the weights from
+    before it.
     """
 
     update_rule: Any
