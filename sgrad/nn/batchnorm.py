@@ -12,7 +12,7 @@ from numpy.typing import DTypeLike
 
 from .. import argument_checks
 from . import fast_kernels, kernels
-from .module import Module
+from .module import Module, step_in_place
 from .optimizers import UpdateRule, get_update_rule
 
 
@@ -90,7 +90,7 @@ class BatchNorm(Module):
             raise ValueError("update() needs gradients; call backward(output_delta) after forward(x) first")
         alpha = argument_checks.check_learning_rate(alpha)
         for name, param in self.own_parameters().items():
-            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+            step_in_place(self.update_rule, param, self.gradients[name], self.update_state[name], alpha)
         self.gradients = {}
 
     def _normalise_with_running_statistics(self, x):
