@@ -36,7 +36,8 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     descends ``W -= alpha * dL/dW``, ``b -= alpha * dL/db``.  Returns L.  The layers must chain (each one's
     output_dim the next one's input_dim), share x's dtype, and learn with plain SGD; anything else is refused
     before any layer changes.  Afterwards each layer holds its ``input``, ``output`` and ``weight_output_delta``
-    and no gradients, as after the loop's ``update``.
+    and no gradients, as after the loop's ``update``.  Unlike ``update``, its steps are not kept for
+    :func:`~sgrad.nn.module.restored_on_error` to put back.
     """
     alpha = _check_step(layers, x, labels, alpha)
     batch = x.shape[0]
