@@ -65,7 +65,6 @@ GENERATORS = ("linear", "mlp")
 ARCHITECTURES = ("mlp", "cnn")
 CONDITIONED = ("cdni", "synthetic-loss", "ccomplete")  # the methods whose generators are given the one-hot label
 COMPLETE = ("complete", "ccomplete")  # the methods whose interfaces also predict their h_k from x (synthetic inputs)
-MLP_ONLY = ("synthetic-loss", *COMPLETE)  # the methods built for fully connected nets only
 WEIGHT_INITS = ("he", "pytorch")
 INTERFACE_POSITIONS = ("after", "before")  # where on a block an interface sits: after its nonlinearity, or before
 LOSS_REDUCTIONS = ("sum", "mean")
@@ -307,10 +306,12 @@ def check_grid(methods: Sequence[str], depths: Sequence[int], config: PaperConfi
 
 def _check_arch(method, config):
     check_choice(method, "method", PAPER_METHODS)
-    if config.arch == "cnn" and method in MLP_ONLY:
-        what = "the synthetic loss is" if method == "synthetic-loss" else f"{method!r} (the complete unlock) is"
-        raise ValueError(f"{what} built for fully connected nets only (arch='mlp'); got arch='cnn'. "
-                         f"Leave {method!r} out of the methods, or use arch='mlp'")
+    if config.arch == "cnn" and method == "synthetic-loss":
+        raise ValueError("the synthetic loss is built for fully connected nets only (arch='mlp'); got arch='cnn'. "
+                         "Leave 'synthetic-loss' out of the methods, or use arch='mlp'")
+    if config.arch != "mlp" and method in COMPLETE:
+        raise ValueError(f"{method!r} (the complete unlock) is built for fully connected nets only (arch='mlp'); got "
+                         f"arch={config.arch!r}. Leave {method!r} out of the methods, or use arch='mlp'")
     if method in COMPLETE and config.generator_targets == "true":
         raise ValueError(f"{method!r} regresses each gradient generator at the synthetic input, onto the gradient "
                          "that comes back there, and generator_targets='true' would ask for the gradient at the real "
