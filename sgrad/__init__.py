@@ -25,6 +25,7 @@ from . import provenance  # first: it notes the source files as they are when sg
 from .dni import zeroth_order as blackbox
 from .dni.decoupled import DNI, DNIBlock, synthetic_step
 from .dni.generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
+from .dni.synthetic_inputs import InputGenerator
 from .nn import checkpoint
 from .nn.batchnorm import BatchNorm
 from .nn.blocks import Activation, Sequential, dense_block
@@ -49,7 +50,7 @@ _LAZY = {**{name: _EXPERIMENT for name in ("METHODS", "TrainConfig", "train", "c
 
 __all__ = [
     "DNI", "DNIBlock", "synthetic_step", "Layer", "Module", "LinearGenerator", "MLPGenerator",
-    "SyntheticLossGenerator", "BatchNorm", "Activation", "Sequential", "dense_block",
+    "SyntheticLossGenerator", "InputGenerator", "BatchNorm", "Activation", "Sequential", "dense_block",
     "sigmoid", "sigmoid_out2deriv", "tanh", "tanh_out2deriv", "relu", "relu_out2deriv",
     "identity", "identity_out2deriv",
     "mse", "bce_with_logits", "softmax", "softmax_cross_entropy",

@@ -54,9 +54,10 @@ def test_every_method_sees_the_same_batches(monkeypatch):
             rng.random((16, 20), dtype=np.float32), rng.integers(0, 10, 16))
     config = PaperConfig(iterations=12, eval_every=6, hidden=16, generator_hidden=(8,), batch_size=8)
     seen = []
-    step = mnist.take_step
-    monkeypatch.setattr(mnist, "take_step", lambda method, layers, x, *a, **k: seen.append(x.copy())
-                        or step(method, layers, x, *a, **k))
+    for name in ("take_step", "complete_unlock_step"):  # the complete unlock's step takes its input generators too
+        step = getattr(mnist, name)
+        monkeypatch.setattr(mnist, name, lambda first, second, x, *a, step=step, **k: seen.append(x.copy())
+                            or step(first, second, x, *a, **k))
     per_method = {}
     for method in PAPER_METHODS:
         seen.clear()
@@ -257,7 +258,8 @@ def test_parameter_count_is_what_build_network_builds():
                    dataclasses.replace(TINY, depth=4, interfaces=(1, 3), interface_position="before",
                                        logit_batchnorm=True)):
         for method in PAPER_METHODS:
-            built = sum(p.size for layer in build_network(method, 784, config) for _, module in layer.submodules()
+            modules = build_network(method, 784, config) + mnist.build_input_generators(method, 784, config)
+            built = sum(p.size for layer in modules for _, module in layer.submodules()
                         for p in module.own_parameters().values())
             assert mnist.parameter_count(method, 784, config) == built, (method, config)
 
@@ -266,6 +268,36 @@ def test_the_synthetic_loss_is_refused_true_gradient_targets(tiny_data):
     with pytest.raises(ValueError, match="generator_targets='true' regresses generators onto true gradients, but the "
                                          "synthetic loss's generators predict losses"):
         train_paper("synthetic-loss", tiny_data, dataclasses.replace(TINY, generator_targets="true"))
+
+
+def test_the_complete_unlock_has_an_input_generator_per_interface_and_ccomplete_gives_both_generators_the_label():
+    config = dataclasses.replace(TINY, depth=4, interfaces=(1, 3), generator_batchnorm=False, init="pytorch")
+    for method, condition_dim in (("complete", 0), ("ccomplete", 10)):
+        layers = build_network(method, 20, config)
+        generators = mnist.build_input_generators(method, 20, config)
+        assert [g.output_dim for g in generators] == [layer.output_dim for layer in layers[:-1]] == [16, 16]
+        assert {(g.input_dim, g.condition_dim) for g in generators} == {(20, condition_dim)}
+        assert {layer.condition_dim for layer in layers[:-1]} == {condition_dim}
+        assert [type(m).__name__ for m in generators[0].net.modules] == ["Sequential", "Layer"]  # hidden (8,), the out
+        assert not np.any(generators[0].net.modules[-1].weights)
+    assert mnist.build_input_generators("cdni", 20, config) == []
+
+
+@pytest.mark.parametrize("method", ["complete", "ccomplete"])
+def test_the_complete_unlock_is_refused_for_a_cnn_and_for_true_gradient_targets(tiny_data, method):
+    with pytest.raises(ValueError, match=f"'{method}' \\(the complete unlock\\) is built for fully connected nets "
+                                         "only"):
+        build_network(method, 64, PaperConfig(arch="cnn"))
+    with pytest.raises(ValueError, match=f"'{method}' regresses each gradient generator at the synthetic input"):
+        train_paper(method, tiny_data, dataclasses.replace(TINY, generator_targets="true"))
+
+
+def test_a_complete_unlock_run_carries_on_from_its_checkpoint_bit_for_bit(tiny_data, tmp_path):
+    unbroken = train_paper("ccomplete", tiny_data, TINY)
+    train_paper("ccomplete", tiny_data, dataclasses.replace(TINY, iterations=3), checkpoint=tmp_path / "run.npz")
+    resumed = train_paper("ccomplete", tiny_data, TINY, checkpoint=tmp_path / "run.npz")
+    for key in ("iteration", "test_accuracy", "train_loss"):
+        assert resumed[key] == unbroken[key], key
 
 
 # --- where the interfaces sit, what the generators regress onto, what the step descends -----------------
@@ -526,6 +558,33 @@ def test_the_paper_command_builds_the_peers_interface_and_records_its_settings(t
                         "loss": "mean", "logit_batchnorm": True, "init": "pytorch"}
     assert cell["history"]["iteration"] == [2, 4]
     assert 1.5 < cell["history"]["train_loss"][0] < 3.5  # the mean loss per example, about ln 10 at the start
+
+
+def test_the_paper_command_trains_the_complete_unlock_at_the_peers_interface(tmp_path):
+    tiny_mnist(tmp_path)
+    env = dict(os.environ, SGRAD_DATA_DIR=str(tmp_path))
+    command = [sys.executable, "-m", "sgrad", "paper", "--methods", "complete,ccomplete", "--iterations", "4",
+               "--eval-every", "2", "--batch-size", "8", "--hidden", "16", "--generator-hidden", "8,8",
+               "--no-generator-batchnorm", "--no-verify", "--interfaces", "2", "--interface-position", "before",
+               "--loss", "mean", "--logit-batchnorm", "--init", "pytorch", "--out", str(tmp_path / "out")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert [line.split(" |")[0] for line in result.stdout.splitlines()[2:]] == ["| complete", "| ccomplete"]
+    for method in ("complete", "ccomplete"):
+        cell = json.loads((tmp_path / "out" / "cells" / f"{method}-depth3.json").read_text())
+        assert cell["settings"]["config"]["generator_hidden"] == [8, 8]
+        assert cell["history"]["iteration"] == [2, 4]
+        assert 1.5 < cell["history"]["train_loss"][0] < 3.5  # the mean loss per example, about ln 10 at the start
+
+
+def test_the_paper_command_refuses_the_complete_unlock_for_a_cnn_before_it_loads_mnist(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "sgrad", "paper", "--arch", "cnn", "--methods", "dni,ccomplete",
+                             "--data", str(tiny_mnist(tmp_path)), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "'ccomplete' (the complete unlock) is built for fully connected nets only (arch='mlp'); got arch='cnn'" in (
+        result.stderr)
 
 
 def _real_mnist():

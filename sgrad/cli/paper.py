@@ -4,8 +4,8 @@ import argparse
 from typing import Any
 
 from ..experiments.binary_addition import TARGETS
-from ..experiments.mnist import (ARCHITECTURES, INTERFACE_POSITIONS, LOSS_REDUCTIONS, PAPER_METHODS, WEIGHT_INITS,
-                                 PaperConfig, check_grid, results_table, run_grid)
+from ..experiments.mnist import (ARCHITECTURES, COMPLETE, INTERFACE_POSITIONS, LOSS_REDUCTIONS, PAPER_METHODS,
+                                 WEIGHT_INITS, PaperConfig, check_grid, results_table, run_grid)
 from ..training.settings import DECOUPLED
 from .argument_types import subset_of, whole_number, whole_numbers, widths
 from .training_options import PAPER_DEFAULTS, WRITES, add_mnist_training, print_progress, refuse_unused
@@ -40,7 +40,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help=f"--arch cnn: k of the k x k kernels, odd (default {PAPER_DEFAULTS.kernel_size})")
     parser.add_argument("--methods", type=subset_of(PAPER_METHODS), default=None,
                         help=f"comma-separated subset of {','.join(PAPER_METHODS)} (default: all; with --arch cnn, "
-                             "all but synthetic-loss, which is built for fully connected nets only)")
+                             "all but synthetic-loss, complete and ccomplete, which are built for fully connected "
+                             "nets only). complete and ccomplete are the complete unlock: each interface also "
+                             "predicts its h from the image (and, for ccomplete, the label), and the layers above it "
+                             "train on that synthetic input; the input generators take the generators' options")
     parser.add_argument("--depths", type=_depths, default=(PAPER_DEFAULTS.depth,),
                         help="comma-separated numbers of layers, e.g. 3,4,5,6 (default 3)")
     parser.add_argument("--no-batchnorm", action="store_true",
@@ -89,13 +92,14 @@ def run(args: argparse.Namespace) -> str:
                          "no_generator_batchnorm": False, "generator_lr": PAPER_DEFAULTS.generator_alpha},
                   used=args.methods is None or any(method in DECOUPLED for method in args.methods),
                   reason=f"it sets the generators, and --methods {','.join(args.methods or ())} trains none",
-                  fix="add dni, cdni or synthetic-loss to --methods, or leave {flag} out", warn=True)
+                  fix="add dni, cdni, synthetic-loss, complete or ccomplete to --methods, or leave {flag} out",
+                  warn=True)
     generator_hidden = args.generator_hidden
     if generator_hidden is None:
         generator_hidden = (args.channels, args.channels) if args.arch == "cnn" else PAPER_DEFAULTS.generator_hidden
     methods = args.methods
     if methods is None:
-        methods = tuple(m for m in PAPER_METHODS if args.arch == "mlp" or m != "synthetic-loss")
+        methods = tuple(m for m in PAPER_METHODS if args.arch == "mlp" or m not in ("synthetic-loss", *COMPLETE))
     config = PaperConfig(
         iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
         batchnorm=not args.no_batchnorm, generator=args.generator, generator_hidden=generator_hidden,

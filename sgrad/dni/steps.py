@@ -1,4 +1,5 @@
-"""The training steps of a stack, one function per algorithm: backprop, no backprop, DNI, the synthetic loss.
+"""The training steps of a stack, one function per algorithm: backprop, no backprop, DNI, the synthetic loss,
+the complete unlock.
 (Truncated BPTT with DNI at the window boundaries, for the recurrent layers, is :mod:`sgrad.recurrent.tbptt`.)
 
 A stack is a list of modules: hidden layers or blocks (:class:`~sgrad.DNI` or
@@ -18,6 +19,7 @@ import numpy as np
 from .. import argument_checks
 from ..nn import kernels
 from ..nn.losses import softmax_cross_entropy
+from .synthetic_inputs import check_input_generators
 
 Loss = Callable[[np.ndarray, np.ndarray], tuple[Any, np.ndarray]]
 
@@ -95,6 +97,50 @@ def synthetic_loss_step(layers: Sequence[Any], x: np.ndarray, y: np.ndarray, top
     targets = [layer.generator.predicted_loss for layer in layers[1:-1]] + [per_example[:, None]]
     generator_losses = [layer.update_generator(t) for layer, t in zip(layers[:-1], targets)]
     return float(per_example.mean()), generator_losses
+
+
+def complete_unlock_step(layers: Sequence[Any], input_generators: Sequence[Any], x: np.ndarray, y: np.ndarray,
+                         loss_fn: Loss, top_alpha: float, input_alpha: float, *,
+                         condition: np.ndarray | None = None) -> tuple[float, list[float], list[float]]:
+    """One step of a completely unlocked stack: each layer above the bottom trains on a synthetic input.
+
+    layers: ``[B_1, ..., B_m, top]``, each B_k a DNI block with ĝ_k = M_k(h_k, c) at its output h_k.
+    input_generators: ``[I_1, ..., I_m]``, I_k predicting h_k from x (and c):
+    :class:`~sgrad.dni.synthetic_inputs.InputGenerator`.  B_1 takes x; every layer above takes
+    ĥ_{k-1} = I_{k-1}(x, c) in place of h_{k-1}, so it waits for no forward pass below it (forward
+    unlocking), and each B_k descends ĝ_k at once, waiting for no gradient from above (update unlocking).
+    Then each M_k regresses its prediction at the synthetic input, M_k(ĥ_k, c), onto δ_k, the gradient that
+    the layer above returned at ĥ_k (the true dL/dĥ_m for the top's); and each I_k regresses onto the real
+    h_k.  Each rate is its owner's: ``top_alpha`` the top's; a block and its M_k step at the rates the block
+    was built with; every I_k at ``input_alpha``.
+
+    x: (batch, input_dim); y: what ``loss_fn`` takes, one row per example; condition: c for the
+    conditioned generators (the one-hot labels), else None.  Bad input is refused before anything changes.
+    Returns ``(loss, [L_M of each M_k], [L_I of each I_k])``.
+
+    A pipeline's workers take the same calls apart: the worker of B_k runs line 2, then line 5 when δ_k
+    and ĥ_k come back; the worker above it runs line 1 for its input, lines 3 and 4 (or line 2 for a
+    block), and line 6 when the real h_k arrives.
+    """
+    check_input_generators(layers, input_generators, x, condition)
+    if not isinstance(y, np.ndarray) or y.ndim < 1 or len(y) != len(x):
+        rows = len(y) if isinstance(y, np.ndarray) and y.ndim else "no"
+        raise ValueError(f"y must have one row per example: x has {len(x)} rows, y has {rows}; pass the batch's labels")
+    h_hat = [x] + [I_k.forward(x, condition) for I_k in input_generators]       # 1. ĥ_k = I_k(x, c)
+    deltas: list[Any] = []
+    hs = []
+    for k, block in enumerate(layers[:-1]):
+        delta, h = block.forward_and_update(h_hat[k], condition, input_delta=k > 0)  # 2. h_k = f_k(ĥ_{k-1});
+        deltas.append(delta)                                                    #    ĝ_k = M_k(h_k, c); θ_k steps on ĝ_k
+        hs.append(h)
+    top = layers[-1]
+    loss, g = loss_fn(top.forward(h_hat[-1]), y)                                # 3. the top on ĥ_m: L and dL/doutput
+    deltas.append(top.backward(g))                                              # 4. δ_m = dL/dĥ_m, the true gradient
+    top.update(top_alpha)                                                       #    at the synthetic input; θ_top steps
+    generator_losses = [block.update_generator(delta, h=at, condition=condition)  # 5. M_k(ĥ_k, c) regresses onto δ_k
+                        for block, delta, at in zip(layers[:-1], deltas[1:], h_hat[1:])]
+    input_losses = [I_k.update(h, input_alpha) for I_k, h in zip(input_generators, hs)]  # 6. I_k(x, c) onto h_k
+    return loss, generator_losses, input_losses
 
 
 def forward_all(layers: Sequence[Any], x: np.ndarray) -> list[np.ndarray]:

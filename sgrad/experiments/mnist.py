@@ -13,7 +13,14 @@ cross-entropy.  The methods:
   ℓ̂ = M(h, c) from h and the one-hot label c; the block descends dℓ̂/dh, and
   the generator regresses ℓ̂ onto the next block's predicted loss (the top
   one's onto the real loss).  ℓ̂ starts at ln 10 for every example, the loss
-  of a uniform guess (see :func:`_generator` for why both matter).
+  of a uniform guess (see :func:`_generator` for why both matter);
+- ``complete`` (fully connected nets only): the complete unlock.  Each interface has a gradient generator,
+  as for ``dni``, and an input generator ĥ_k = I_k(x) (:class:`~sgrad.dni.synthetic_inputs.InputGenerator`,
+  with the generators' hidden widths and batch norm) that predicts the interface's h_k from the image
+  alone; the layers above an interface train on ĥ_k, so they wait for no forward pass below it, and I_k
+  regresses onto the real h_k (:func:`~sgrad.dni.steps.complete_unlock_step`).  The test runs the real
+  forward path;
+- ``ccomplete``: as ``complete``, with both generators of each interface also given the one-hot label.
 
 ``arch='cnn'`` builds the paper's MNIST CNN instead (conv blocks and
 convolutional generators: :mod:`sgrad.experiments.mnist_cnn`).
@@ -37,7 +44,8 @@ from ..argument_checks import check_bool, check_choice, check_integer, check_lab
 from ..atomic_files import atomic_write_text
 from ..dni.decoupled import DNIBlock
 from ..dni.generators import LinearGenerator, MLPGenerator, SyntheticLossGenerator
-from ..dni.steps import true_gradients_at_outputs
+from ..dni.steps import complete_unlock_step, true_gradients_at_outputs
+from ..dni.synthetic_inputs import InputGenerator
 from ..nn.batchnorm import BatchNorm
 from ..nn.blocks import Sequential, dense_block
 from ..nn.layers import Layer
@@ -52,10 +60,11 @@ from ..training.settings import (DECOUPLED, TARGETS, check_batch_fits, check_met
                                  check_split, learning_rates)
 from .mnist_cnn import build_cnn, cnn_parameter_count, image_side
 
-PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss")
+PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss", "complete", "ccomplete")
 GENERATORS = ("linear", "mlp")
 ARCHITECTURES = ("mlp", "cnn")
-CONDITIONED = ("cdni", "synthetic-loss")  # the methods whose generators are given the one-hot label
+CONDITIONED = ("cdni", "synthetic-loss", "ccomplete")  # the methods whose generators are given the one-hot label
+COMPLETE = ("complete", "ccomplete")  # the methods whose interfaces also predict their h_k from x (synthetic inputs)
 WEIGHT_INITS = ("he", "pytorch")
 INTERFACE_POSITIONS = ("after", "before")  # where on a block an interface sits: after its nonlinearity, or before
 LOSS_REDUCTIONS = ("sum", "mean")
@@ -85,7 +94,9 @@ class PaperConfig:
 
     Where the decoupled methods put their interfaces, and what they descend (fully connected nets;
     the defaults are the paper's method as above, and ``interfaces=(2,), interface_position='before',
-    loss='mean', logit_batchnorm=True`` is the MNIST MLP example of koz4k/dni-pytorch):
+    loss='mean', logit_batchnorm=True, init='pytorch'`` is the MNIST MLP example of koz4k/dni-pytorch, and
+    with ``batch_size=64, iterations=9380, generator_hidden=(256, 256), generator_batchnorm=False`` and
+    the methods ``complete`` and ``ccomplete``, its full-unlock example):
 
     interfaces : 'every' hidden block, or the numbers of the blocks that get one (1 is the lowest),
         e.g. ``(2,)``.  A block without an interface learns from the ĝ of the first interface above
@@ -103,7 +114,9 @@ class PaperConfig:
     logit_batchnorm : batch-normalise the 10 logits (the top layer is then Linear without a bias,
         then BatchNorm).
     init : the weights of the blocks and the top: 'he' (He normal for the blocks, Xavier for the
-        top) or 'pytorch' (U(-1/√fan_in, 1/√fan_in) for all, PyTorch's default for ``nn.Linear``).
+        top) or 'pytorch' (U(-1/√fan_in, 1/√fan_in) for all, PyTorch's default for ``nn.Linear``);
+        also the hidden layers of the input generators of ``complete`` and ``ccomplete``, which feed
+        the layers above their interface as the blocks do.
         Behind batch norm a block's output does not depend on its weights' scale, but Adam's steps
         have a fixed size, so smaller weights learn faster.
     """
@@ -240,7 +253,31 @@ def parameter_count(method: str, input_dim: int, config: PaperConfig) -> int:
         outputs = 1 if method == "synthetic-loss" else config.hidden
         generator = blocks(widths, config.generator_batchnorm) + widths[-1] * outputs + outputs
         count += len(config.interface_blocks) * generator
+    if method in COMPLETE:
+        widths = (input_dim + (NUM_CLASSES if method in CONDITIONED else 0),
+                  *(config.generator_hidden if config.generator == "mlp" else ()))
+        generator = blocks(widths, config.generator_batchnorm) + widths[-1] * config.hidden + config.hidden
+        count += len(config.interface_blocks) * generator
     return count
+
+
+def build_input_generators(method: str, input_dim: int, config: PaperConfig) -> list[InputGenerator]:
+    """The input generators I_k of ``complete`` and ``ccomplete``, one per interface (none for other methods).
+
+    I_k predicts h_k, the output of the interface's block (``hidden`` wide), from x (``input_dim``
+    wide) and, for ``ccomplete``, the one-hot label: hidden widths and batch norm as the gradient
+    generators' (``generator_hidden`` for 'mlp', none for 'linear'), hidden weights as ``init``, and a
+    zero output layer.  Its initial weights depend only on the seed, the interface's number and its settings.
+    """
+    _check_arch(method, config)
+    if method not in COMPLETE:
+        return []
+    seeds = np.random.SeedSequence(config.seed).spawn(4)[3].spawn(config.depth)
+    hidden = config.generator_hidden if config.generator == "mlp" else ()
+    return [InputGenerator(input_dim, config.hidden, NUM_CLASSES if method in CONDITIONED else 0, hidden=hidden,
+                           batchnorm=config.generator_batchnorm, init=config.init, update_rule=config.update_rule,
+                           seed=seeds[k - 1], dtype=np.dtype(config.dtype))
+            for k in config.interface_blocks]
 
 
 def check_grid(methods: Sequence[str], depths: Sequence[int], config: PaperConfig, *, input_dim: int,
@@ -272,6 +309,13 @@ def _check_arch(method, config):
     if config.arch == "cnn" and method == "synthetic-loss":
         raise ValueError("the synthetic loss is built for fully connected nets only (arch='mlp'); got arch='cnn'. "
                          "Leave 'synthetic-loss' out of the methods, or use arch='mlp'")
+    if config.arch != "mlp" and method in COMPLETE:
+        raise ValueError(f"{method!r} (the complete unlock) is built for fully connected nets only (arch='mlp'); got "
+                         f"arch={config.arch!r}. Leave {method!r} out of the methods, or use arch='mlp'")
+    if method in COMPLETE and config.generator_targets == "true":
+        raise ValueError(f"{method!r} regresses each gradient generator at the synthetic input, onto the gradient "
+                         "that comes back there, and generator_targets='true' would ask for the gradient at the real "
+                         f"h_k instead. Leave {method!r} out of the methods, or use generator_targets='bootstrap'")
     if method == "synthetic-loss" and config.generator_targets == "true":
         raise ValueError("generator_targets='true' regresses generators onto true gradients, but the synthetic "
                          "loss's generators predict losses. Leave 'synthetic-loss' out of the methods, or use "
@@ -361,11 +405,17 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
         x_train, x_test = x_train.reshape(-1, 1, side, side), x_test.reshape(-1, 1, side, side)
     onehot = np.eye(NUM_CLASSES, dtype=config.dtype)
     layers = build_network(method, data[0].shape[1], config)
+    input_generators = build_input_generators(method, data[0].shape[1], config)
     loss_fn = summed_cross_entropy if config.loss == "sum" else mean_cross_entropy
     true_targets = method in DECOUPLED and config.generator_targets == "true"
 
     def train_step(indices, history):
         x, y = x_train[indices], onehot[y_train[indices]]
+        if method in COMPLETE:
+            input_alpha = config.alpha if config.generator_alpha is None else config.generator_alpha
+            loss, _, _ = complete_unlock_step(layers, input_generators, x, y, loss_fn, config.alpha, input_alpha,
+                                              condition=y if method in CONDITIONED else None)
+            return loss / len(x) if config.loss == "sum" else loss
         targets = true_gradients_at_outputs(layers, x, y, loss_fn) if true_targets else None
         loss, _ = take_step(method, layers, x, y, loss_fn, config.alpha, targets=targets)
         # The synthetic-loss step gives the mean whatever the loss.
@@ -384,7 +434,7 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
     names = RunName(f"{method} (depth {config.depth})", f"[{method}, depth {config.depth}]",
                     learning_rates(config, method in DECOUPLED), unit="iteration")
     rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
-    return train_loop(layers, train_step, evaluate, steps=config.iterations, eval_every=config.eval_every,
+    return train_loop(layers + input_generators, train_step, evaluate, steps=config.iterations, eval_every=config.eval_every,
                       batches=BatchOrder(len(x_train), config.batch_size, rng), history=history, names=names, run=run,
                       checkpoint=checkpoint, checkpoint_every=checkpoint_every, progress=progress)
 

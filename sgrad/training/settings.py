@@ -16,7 +16,7 @@ from ..nn.optimizers import UPDATE_RULES, get_update_rule
 
 DTYPES = ("float32", "float64")
 # The methods whose hidden layers learn from generators rather than from the true gradient.
-DECOUPLED = ("dni", "cdni", "synthetic-loss")
+DECOUPLED = ("dni", "cdni", "synthetic-loss", "complete", "ccomplete")
 # What a generator regresses onto: bootstrapped targets (the method) or the true gradient (a teaching option).
 TARGETS = ("bootstrap", "true")
 # The most memory that a network's parameters, their gradients and its update rule's state may take: far more
