@@ -171,24 +171,20 @@ def build_peer_cnn(input_dim: int, config: Any, *, decoupled: bool, condition_di
     dtype = np.dtype(config.dtype)
     block_seeds, generator_seeds = (seq.spawn(2) for seq in np.random.SeedSequence(config.seed).spawn(2))
     pytorch = {"init": "pytorch", "bias_init": "pytorch", "update_rule": config.update_rule, "dtype": dtype}
+    norm = {"update_rule": config.update_rule, "dtype": dtype}
+    (c_in, c_mid, channels), k = PEER_CHANNELS, PEER_KERNEL
     rng = np.random.default_rng(block_seeds[0])
-    modules: list[Any] = []
-    for c_in, c_out in zip(PEER_CHANNELS[:-1], PEER_CHANNELS[1:]):
-        modules += [Conv2d(c_in, c_out, PEER_KERNEL, rng=rng, **pytorch),
-                    BatchNorm2d(c_out, update_rule=config.update_rule, dtype=dtype)]
-        if c_in == PEER_CHANNELS[0]:
-            modules += [MaxPool2d(PEER_POOL), Activation2d("relu")]
-        else:  # the interface comes after the pooling, and the ReLU after the interface
-            modules += [Dropout2d(PEER_DROPOUT, rng=rng), MaxPool2d(PEER_POOL)]
-    below: Any = Sequential(modules)
-    side, channels = peer_map_side(image_side(input_dim)), PEER_CHANNELS[-1]
+    below: Any = Sequential([
+        Conv2d(c_in, c_mid, k, rng=rng, **pytorch), BatchNorm2d(c_mid, **norm), MaxPool2d(PEER_POOL),
+        Activation2d("relu"),
+        Conv2d(c_mid, channels, k, rng=rng, **pytorch), BatchNorm2d(channels, **norm),
+        Dropout2d(PEER_DROPOUT, rng=rng), MaxPool2d(PEER_POOL)])  # h: the interface, before the top's ReLU
+    side = peer_map_side(image_side(input_dim))
     rng = np.random.default_rng(block_seeds[1])
     above = Sequential([Activation2d("relu"), Flatten((channels, side, side)),
                         Layer(channels * side * side, PEER_HIDDEN, "identity", rng=rng, **pytorch),
-                        BatchNorm(PEER_HIDDEN, update_rule=config.update_rule, dtype=dtype), Activation("relu"),
-                        Dropout(PEER_DROPOUT, rng=rng),
-                        Layer(PEER_HIDDEN, num_classes, "identity", rng=rng, **pytorch),
-                        BatchNorm(num_classes, update_rule=config.update_rule, dtype=dtype)])
+                        BatchNorm(PEER_HIDDEN, **norm), Activation("relu"), Dropout(PEER_DROPOUT, rng=rng),
+                        Layer(PEER_HIDDEN, num_classes, "identity", rng=rng, **pytorch), BatchNorm(num_classes, **norm)])
     if decoupled:
         generator = ConvGenerator(channels, condition_dim, hidden=PEER_SYNTHESIZER, kernel_size=PEER_KERNEL,
                                   batchnorm=False, condition="linear", init="pytorch", update_rule=config.update_rule,
