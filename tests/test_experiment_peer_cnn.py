@@ -170,6 +170,17 @@ def test_every_method_starts_from_the_same_weights_and_the_dropouts_draw_the_sam
         assert all(np.array_equal(a, b) for a, b in zip(arrays["backprop"], arrays[method]))
 
 
+@pytest.mark.parametrize("method", ("backprop", "cdni"))
+def test_a_run_carried_on_from_a_checkpoint_ends_as_the_run_in_one_go_bit_for_bit(images, method, tmp_path):
+    """The checkpoint holds each dropout's count of masks drawn, so the run carried on draws the masks it would have."""
+    whole = train_paper(method, images, TINY)
+    path = tmp_path / "run.npz"
+    train_paper(method, images, dataclasses.replace(TINY, iterations=2), checkpoint=path, checkpoint_every=2)
+    carried_on = train_paper(method, images, TINY, checkpoint=path, checkpoint_every=2)
+    assert carried_on["test_accuracy"] == whole["test_accuracy"]
+    assert carried_on["train_loss"] == whole["train_loss"]
+
+
 @pytest.mark.parametrize("bad, fragment", [
     ({"hidden": 16}, "hidden shapes sgrad's own networks, but arch='peer-cnn' is koz4k/dni-pytorch's MNIST CNN "
                      "example whole, its layers, synthesizer and interface fixed; leave hidden at 256, or use "
