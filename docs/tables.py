@@ -190,6 +190,43 @@ def cnn_16_channels(_: str) -> str:
     return "\n".join(lines)
 
 
+PEER_CNN = "docs/paper/peer-cnn"
+
+
+def peer_cnn_runs() -> dict[str, dict[int, dict]]:
+    """``{method: {seed: history}}`` of the ``sgrad paper --arch peer-cnn`` runs in ``docs/paper/peer-cnn/seed<s>``."""
+    runs: dict[str, dict[int, dict]] = {}
+    for folder in sorted((ROOT / PEER_CNN).glob("seed*")):
+        for cell in cells(str(folder.relative_to(ROOT))).values():
+            settings = cell["settings"]
+            runs.setdefault(settings["method"], {})[settings["config"]["seed"]] = cell["history"]
+    return {method: runs[method] for method in ("backprop", "dni", "cdni") if method in runs}
+
+
+@table("peer-cnn-seeds")
+def peer_cnn_seeds(_: str) -> str:
+    lines = ["| method | seeds | final test accuracy, mean (each seed) | wall time per run, mean |",
+             "|---|---|---:|---:|"]
+    for method, by_seed in peer_cnn_runs().items():
+        seeds = sorted(by_seed)
+        lines.append(row(METHOD_NAMES[method], ", ".join(map(str, seeds)),
+                         seeds_text([final(by_seed[s]) for s in seeds]),
+                         seconds(statistics.mean(by_seed[s]["wall_time"] for s in seeds))))
+    return "\n".join(lines)
+
+
+@table("peer-cnn-epochs")
+def peer_cnn_epochs(_: str) -> str:
+    runs = peer_cnn_runs()
+    iterations = next(iter(next(iter(runs.values())).values()))["iteration"]
+    lines = ["| method, seed | " + " | ".join(f"{i:,}" for i in iterations) + " |",
+             "|---|" + "---:|" * len(iterations)]
+    for method, by_seed in runs.items():
+        for seed, history in sorted(by_seed.items()):
+            lines.append(row(f"{METHOD_NAMES[method]}, {seed}", *(f"{100 * a:.2f}" for a in history["test_accuracy"])))
+    return "\n".join(lines)
+
+
 # --- performance -------------------------------------------------------------------------------------
 
 

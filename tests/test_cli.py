@@ -341,6 +341,12 @@ def test_every_option_of_paper_has_a_help_text():
     (["paper", "--arch", "cnn", "--hidden", "100", "--out", "{tmp}/out"],
      "sgrad paper: error: --hidden 100 does nothing here: it sets the width of fully connected blocks, and --arch cnn "
      "builds conv blocks of --channels filters; leave --hidden out"),
+    (["paper", "--arch", "peer-cnn", "--channels", "32", "--out", "{tmp}/out"],
+     "sgrad paper: error: --channels 32 does nothing here: it sets the CNN's conv blocks, and --arch peer-cnn builds "
+     "the peer's conv blocks, fixed; add --arch cnn, or leave --channels out"),
+    (["paper", "--arch", "peer-cnn", "--no-batchnorm", "--out", "{tmp}/out"],
+     "sgrad paper: error: batchnorm shapes sgrad's own networks, but arch='peer-cnn' is koz4k/dni-pytorch's MNIST CNN "
+     "example whole, its layers, synthesizer and interface fixed; leave batchnorm at True, or use arch='cnn'"),
     (["paper", "--interfaces", "0"], "sgrad paper: error: argument --interfaces: expected comma-separated "
                                      "hidden-block numbers (1 is the lowest) or 'every' such as 2 or 1,2; got '0'"),
     (["paper", "--interfaces", "3"], "sgrad paper: error: interfaces must be 'every', or the numbers of hidden blocks "
@@ -360,7 +366,8 @@ def test_every_option_of_paper_has_a_help_text():
      "sgrad paper: error: logit_batchnorm shapes the fully connected nets only (arch='mlp'); the CNN has an interface "
      "after every conv block. Leave logit_batchnorm at False, or use arch='mlp'"),
 ], ids=["depth-0", "missing-data", "compare-out-below-a-file", "paper-out-below-a-file", "batch-over-subset",
-        "hidden-ten-million", "channels-with-mlp", "hidden-with-cnn", "interface-block-0",
+        "hidden-ten-million", "channels-with-mlp", "hidden-with-cnn", "channels-with-peer-cnn",
+        "no-batchnorm-with-peer-cnn", "interface-block-0",
         "interface-above-the-blocks", "interface-position", "targets", "loss", "init",
         "synthetic-loss-true-targets", "cnn-logit-batchnorm"])
 def test_a_bad_argument_is_refused_at_once_in_one_line_that_says_what_to_do(tmp_path, args, message):

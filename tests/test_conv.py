@@ -456,3 +456,11 @@ def test_float16_is_refused_where_a_backward_pass_would_overflow_it_into_nan_wei
             "a Conv2d cannot train in float16: its largest number, 65504, is soon exceeded by the sums of a backward "
             "pass, and the update would then write NaN into the weights; use np.float32 or np.float64")):
         Conv2d(3, 8, 3, dtype=np.float16)
+
+
+def test_pytorch_bias_init_draws_the_bias_within_one_over_the_square_root_of_fan_in():
+    conv = Conv2d(20, 30, 5, init="pytorch", bias_init="pytorch", seed=0)
+    assert 0.8 / np.sqrt(500) < np.abs(conv.bias).max() <= 1 / np.sqrt(500)
+    np.testing.assert_array_equal(Conv2d(2, 3, 3, seed=0).bias, np.zeros(3))
+    with pytest.raises(ValueError, match="unknown bias_init"):
+        Conv2d(2, 3, 3, bias_init="uniform")

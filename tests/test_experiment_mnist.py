@@ -87,7 +87,7 @@ def test_every_method_sees_the_same_batches(monkeypatch):
     ({"eval_every": 0}, ValueError, "eval_every must be at least 1"),
     ({"dtype": "float16"}, ValueError, "unknown dtype 'float16'; choose one of 'float32', 'float64'"),
     ({"seed": -1}, ValueError, "seed must be at least 0"),
-    ({"arch": "resnet"}, ValueError, "unknown arch 'resnet'; choose one of 'mlp', 'cnn'"),
+    ({"arch": "resnet"}, ValueError, "unknown arch 'resnet'; choose one of 'mlp', 'cnn', 'peer-cnn'"),
     ({"channels": 0}, ValueError, "channels must be at least 1"),
     ({"kernel_size": 4}, ValueError, "kernel_size must be odd, so that padding keeps the maps' size; got 4"),
     ({"interfaces": (3,)}, ValueError, "interfaces must be 'every', or the numbers of hidden blocks from 1 to 2 such "

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from strategies import (LIMIT, batches, booleans, condition_dims, dtypes, generator_kinds, gradient_generator_kinds,
                         hidden_widths, seeds, training_batches, update_rules, widths)
 
-from sgrad.dni.generators import ConvGenerator, LinearGenerator, MLPGenerator, SyntheticLossGenerator, regression_loss
+from sgrad.dni.generators import (CONV_CONDITIONING, ConvGenerator, LinearGenerator, MLPGenerator, SyntheticLossGenerator,
+                                  regression_loss)
+from sgrad.nn.conditioned_conv import ConditionedConv2d
 from sgrad.nn.conv import Conv2d
 
 BATCH, WIDTH, CONDITION, HIDDEN = 6, 4, 3, (16, 16)
@@ -468,10 +470,11 @@ def _conv_generator(condition_dim=CONDITION, randomise=True, **options):
     return generator
 
 
-def _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed):
+def _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed, condition="channels"):
     """A drawn ConvGenerator with random parameters, and (h, c) that keep its ReLUs off their kinks."""
     rng = np.random.default_rng(seed)
-    generator = ConvGenerator(2, condition_dim, hidden=hidden, kernel_size=kernel, batchnorm=batchnorm, rng=rng)
+    generator = ConvGenerator(2, condition_dim, hidden=hidden, kernel_size=kernel, batchnorm=batchnorm,
+                              condition=condition, rng=rng)
     randomize(generator.parameters, rng)
     h = normal(rng, batch, 2, 3, 4)
     c = normal(rng, batch, condition_dim) if condition_dim else None
@@ -508,11 +511,11 @@ def test_conv_generator_broadcasts_the_condition_over_the_maps_as_extra_channels
 
 @settings(max_examples=30)
 @given(batch=st.integers(1, 3), condition_dim=condition_dims, hidden=hidden_widths, kernel=st.sampled_from([1, 3]),
-       batchnorm=booleans, seed=seeds)
+       batchnorm=booleans, seed=seeds, condition=st.sampled_from(CONV_CONDITIONING))
 def test_conv_generator_parameter_gradients_match_central_differences(batch, condition_dim, hidden, kernel, batchnorm,
-                                                                      seed):
+                                                                      seed, condition):
     """``gradients`` after ``update`` are dL_M/d(parameter), L_M = 1/(2 batch) sum((ĝ - target)**2) over the maps."""
-    generator, h, c, rng = _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed)
+    generator, h, c, rng = _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed, condition)
     target = normal(rng, *h.shape)
     probe = copy.deepcopy(generator)
 
@@ -527,11 +530,11 @@ def test_conv_generator_parameter_gradients_match_central_differences(batch, con
 
 @settings(max_examples=30)
 @given(batch=st.integers(1, 3), condition_dim=condition_dims, hidden=hidden_widths, kernel=st.sampled_from([1, 3]),
-       batchnorm=booleans, seed=seeds)
+       batchnorm=booleans, seed=seeds, condition=st.sampled_from(CONV_CONDITIONING))
 def test_conv_generator_net_backpropagates_to_h_and_to_the_broadcast_condition(batch, condition_dim, hidden, kernel,
-                                                                                batchnorm, seed):
+                                                                                batchnorm, seed, condition):
     """dL_M/dh is the net's input delta on h's channels; dL_M/dc sums the delta of c's channels over the map."""
-    generator, h, c, rng = _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed)
+    generator, h, c, rng = _drawn_conv_generator(batch, condition_dim, hidden, kernel, batchnorm, seed, condition)
     target = normal(rng, *h.shape)
 
     def loss():
@@ -597,3 +600,38 @@ def test_conv_generator_keeps_its_dtype_through_an_update(dtype, condition_dim, 
     generator.update(normal(rng, *h.shape, dtype=dtype), 0.1)
     assert_dtype(dtype, **arrays, **{f"gradient of {k}": g for k, g in generator.gradients.items()})
     assert_tree_dtype(dtype, generator, "conv generator")
+
+
+def test_with_linear_conditioning_the_label_adds_the_same_at_every_position_and_as_channels_not_at_the_border():
+    """With no hidden layer ĝ is the first layer's output: c's part of it is constant over each map for
+    condition='linear', and smaller at the border for 'channels' (part of the kernel falls on the padding)."""
+    h, c = _maps(), _condition()
+    changes = {}
+    for condition in CONV_CONDITIONING:
+        generator = ConvGenerator(WIDTH, CONDITION, hidden=(), kernel_size=3, condition=condition, seed=0)
+        randomize(generator.parameters, np.random.default_rng(3))
+        changes[condition] = generator.predict(h, c) - generator.predict(h, np.zeros_like(c))
+    linear, channels = changes["linear"], changes["channels"]
+    np.testing.assert_allclose(linear, np.broadcast_to(linear[:, :, :1, :1], linear.shape), atol=1e-12)
+    assert not np.allclose(channels, np.broadcast_to(channels[:, :, 1:2, 1:2], channels.shape))
+
+
+def test_linear_conditioning_builds_a_conditioned_first_convolution_and_pytorch_init_starts_at_the_output_bias():
+    generator = ConvGenerator(WIDTH, CONDITION, hidden=(3, 3), kernel_size=5, batchnorm=False, condition="linear",
+                              init="pytorch", seed=0)
+    first = generator.net.modules[0].modules[0]
+    assert isinstance(first, ConditionedConv2d) and (first.in_channels, first.input_dim) == (WIDTH, WIDTH + CONDITION)
+    output = generator.net.modules[-1]
+    np.testing.assert_array_equal(output.weights, np.zeros_like(output.weights))
+    assert 0 < np.abs(output.bias).max() <= 1 / np.sqrt(3 * 25)
+    np.testing.assert_array_equal(generator.forward(_maps(), _condition()),
+                                  np.broadcast_to(output.bias[None, :, None, None], MAPS))
+    unconditioned = ConvGenerator(WIDTH, 0, hidden=(3,), condition="linear", seed=0)
+    assert type(unconditioned.net.modules[0].modules[0]) is Conv2d, "no label, nothing to map"
+
+
+@pytest.mark.parametrize("options, message", [({"condition": "bias"}, "unknown condition 'bias'"),
+                                              ({"init": "xavier"}, "unknown init 'xavier'; choose one of 'he', 'pytorch'")])
+def test_conv_generator_refuses_unknown_conditioning_and_init(options, message):
+    with pytest.raises(ValueError, match=message):
+        ConvGenerator(WIDTH, CONDITION, **options)

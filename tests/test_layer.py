@@ -290,3 +290,15 @@ def test_update_leaves_a_gradient_the_caller_kept_alone(rule):
     layer.update(0.1)
     for name in kept:
         np.testing.assert_array_equal(kept[name], copies[name], err_msg=name)
+
+
+def test_pytorch_bias_init_is_uniform_within_one_over_the_square_root_of_fan_in_and_zeros_draws_nothing():
+    bias = Layer(400, 1000, "relu", init="pytorch", bias_init="pytorch", seed=0).bias
+    assert np.abs(bias).max() <= 1 / 20 and np.abs(bias).max() > 0.99 / 20
+    assert abs(bias.std() - 1 / (20 * np.sqrt(3))) < 0.003
+    np.testing.assert_array_equal(Layer(4, 3, "relu", seed=0).bias, np.zeros(3))
+    np.testing.assert_array_equal(Layer(4, 3, "relu", seed=0).weights,
+                                  Layer(4, 3, "relu", bias_init="pytorch", seed=0).weights,
+                                  err_msg="the bias is drawn after the weights")
+    with pytest.raises(ValueError, match="unknown bias_init 'he'; choose one of 'zeros', 'pytorch'"):
+        Layer(4, 3, "relu", bias_init="he")

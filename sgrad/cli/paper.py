@@ -30,16 +30,20 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Train fully connected MNIST nets (Linear-BatchNorm-ReLU blocks) by every method at "
                     "every depth; finished cells are cached in --out and the running one is checkpointed, so an "
                     f"interrupted grid resumes. Writes {WRITES['paper']}. "
-                    "--arch cnn trains the paper's MNIST CNN instead (conv blocks, convolutional generators).")
+                    "--arch cnn trains the paper's MNIST CNN instead (conv blocks, convolutional generators); "
+                    "--arch peer-cnn trains koz4k/dni-pytorch's MNIST CNN example, whole.")
     parser.add_argument("--arch", choices=ARCHITECTURES, default=PAPER_DEFAULTS.arch,
                         help="mlp: fully connected blocks; cnn: conv blocks of --channels --kernel-size filters, the "
-                             f"first two max-pooled (default {PAPER_DEFAULTS.arch})")
+                             "first two max-pooled; peer-cnn: koz4k/dni-pytorch's MNIST CNN example, its layers, "
+                             "synthesizer and interface fixed (two valid 5x5 conv blocks, the interface before the "
+                             "second one's ReLU, a 320-50-10 top; its setting adds --loss mean --batch-size 64 --lr "
+                             f"1e-3) (default {PAPER_DEFAULTS.arch})")
     parser.add_argument("--channels", type=whole_number(1), default=PAPER_DEFAULTS.channels,
                         help=f"--arch cnn: filters of each conv block (default {PAPER_DEFAULTS.channels})")
     parser.add_argument("--kernel-size", type=whole_number(1), default=PAPER_DEFAULTS.kernel_size,
                         help=f"--arch cnn: k of the k x k kernels, odd (default {PAPER_DEFAULTS.kernel_size})")
     parser.add_argument("--methods", type=subset_of(PAPER_METHODS), default=None,
-                        help=f"comma-separated subset of {','.join(PAPER_METHODS)} (default: all; with --arch cnn, "
+                        help=f"comma-separated subset of {','.join(PAPER_METHODS)} (default: all; with a CNN, "
                              "all but synthetic-loss, complete and ccomplete, which are built for fully connected "
                              "nets only). complete and ccomplete are the complete unlock: each interface also "
                              "predicts its h from the image (and, for ccomplete, the label), and the layers above it "
@@ -82,12 +86,14 @@ def run(args: argparse.Namespace) -> str:
     """Train the grid of ``args.methods`` by ``args.depths`` on MNIST as ``args`` says; return the results table."""
     from data_gen.mnist import IMAGE_SHAPE, load_mnist, prepare_mnist  # here: `sgrad compare` needs no MNIST loader
 
+    builds = {"mlp": "fully connected ones", "cnn": "conv blocks of --channels filters",
+              "peer-cnn": "the peer's conv blocks, fixed"}[args.arch]
     refuse_unused(args, {"channels": PAPER_DEFAULTS.channels, "kernel_size": PAPER_DEFAULTS.kernel_size},
-                  used=args.arch == "cnn", reason="it sets the CNN's conv blocks, and --arch mlp builds fully "
-                                                  "connected ones", fix="add --arch cnn, or leave {flag} out")
+                  used=args.arch == "cnn", reason=f"it sets the CNN's conv blocks, and --arch {args.arch} builds {builds}",
+                  fix="add --arch cnn, or leave {flag} out")
     refuse_unused(args, {"hidden": PAPER_DEFAULTS.hidden}, used=args.arch == "mlp",
-                  reason="it sets the width of fully connected blocks, and --arch cnn builds conv blocks of "
-                         "--channels filters", fix="leave {flag} out")
+                  reason=f"it sets the width of fully connected blocks, and --arch {args.arch} builds {builds}",
+                  fix="leave {flag} out")
     refuse_unused(args, {"generator": PAPER_DEFAULTS.generator, "generator_hidden": None,
                          "no_generator_batchnorm": False, "generator_lr": PAPER_DEFAULTS.generator_alpha},
                   used=args.methods is None or any(method in DECOUPLED for method in args.methods),

@@ -34,10 +34,15 @@ import numpy as np
 
 from .. import argument_checks
 from ..nn.blocks import Sequential, dense_block
-from ..nn.conv import Conv2d, conv_block
+from ..nn.conditioned_conv import ConditionedConv2d
+from ..nn.conv import Activation2d, BatchNorm2d, Conv2d, conv_block
 from ..nn.layers import Layer
 from ..nn.module import Module
 from ..nn.nonlinearities import sigmoid
+
+
+CONV_CONDITIONING = ("channels", "linear")  # how a ConvGenerator's first layer takes c
+CONV_GENERATOR_INITS = ("he", "pytorch")
 
 
 def check_generator_interface(generator: Any) -> None:
@@ -298,28 +303,58 @@ class ConvGenerator(Generator):
     """ĝ = CNN([h, c]) for feature maps h: (batch, channels, height, width); ĝ has the shape of h.
 
     Hidden Conv→(BatchNorm)→ReLU blocks of ``hidden`` channels (default two of 32), then a
-    zero-initialised convolution to ``channels`` outputs, so that ĝ = 0 at the start; every
-    kernel is ``kernel_size × kernel_size`` (odd) and padded to keep the maps' size.  A
-    conditioned generator (cDNI) broadcasts c: (batch, condition_dim), e.g. the one-hot
-    labels, over the maps as ``condition_dim`` extra input channels, each constant over
-    its map.  ``output_dim`` is ``channels``, so it matches a conv block's ``output_dim``.
+    zero-initialised convolution to ``channels`` outputs; every kernel is ``kernel_size ×
+    kernel_size`` (odd) and padded to keep the maps' size.  ``output_dim`` is ``channels``, so it
+    matches a conv block's ``output_dim``.  A conditioned generator (cDNI) gets c: (batch,
+    condition_dim), e.g. the one-hot labels, broadcast over the maps as ``condition_dim`` extra
+    input channels, each constant over its map; what the first layer does with them is
+    ``condition``:
+
+    - 'channels' (default): they are more input channels of the first convolution;
+    - 'linear': a linear map of c is added at every position of the first convolution's output
+      (:class:`~sgrad.nn.conditioned_conv.ConditionedConv2d`), as koz4k/dni-pytorch's MNIST CNN
+      example conditions its synthesizer.
+
+    ``init``: 'he' (default: He normal weights, zero biases) or 'pytorch' (PyTorch's defaults,
+    U(-1/√fan_in, 1/√fan_in) for weights and biases alike); either way the output convolution's
+    weights start at zero, so ĝ starts at its bias: zero for 'he', a constant per channel for 'pytorch'.
     """
 
     def __init__(self, channels: int, condition_dim: int = 0, *, hidden: Sequence[int] = (32, 32),
-                 kernel_size: int = 3, batchnorm: bool = True, update_rule: Any = None, seed: int | None = None,
-                 rng: np.random.Generator | None = None, dtype: Any = np.float64) -> None:
+                 kernel_size: int = 3, batchnorm: bool = True, condition: str = "channels", init: str = "he",
+                 update_rule: Any = None, seed: int | None = None, rng: np.random.Generator | None = None,
+                 dtype: Any = np.float64) -> None:
         channels = argument_checks.check_integer(channels, "channels")
         condition_dim = argument_checks.check_integer(condition_dim, "condition_dim", minimum=0)
         kernel_size = argument_checks.check_integer(kernel_size, "kernel_size")
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, so that padding keeps the maps' size (ĝ has the shape of h); "
                              f"got {kernel_size}. Use {kernel_size + 1} or {kernel_size - 1}")
+        condition = argument_checks.check_choice(condition, "condition", CONV_CONDITIONING)
+        init = argument_checks.check_choice(init, "init", CONV_GENERATOR_INITS)
+        batchnorm = argument_checks.check_bool(batchnorm, "batchnorm")
         rng = argument_checks.make_rng(seed, rng)
-        widths = (channels + condition_dim, *argument_checks.check_widths(hidden, "hidden"))
-        blocks = [conv_block(a, b, kernel_size, "relu", batchnorm=batchnorm, update_rule=update_rule, rng=rng,
-                             dtype=dtype) for a, b in zip(widths[:-1], widths[1:])]
-        out = Conv2d(widths[-1], channels, kernel_size, padding=kernel_size // 2, init="zeros",
-                     update_rule=update_rule, rng=rng, dtype=dtype)
+        hidden = argument_checks.check_widths(hidden, "hidden")
+        widths = (channels + condition_dim, *hidden)
+        options = {"init": init, "bias_init": "zeros" if init == "he" else "pytorch", "update_rule": update_rule,
+                   "rng": rng, "dtype": dtype}
+        padding = kernel_size // 2
+        # With condition='linear' the first layer sees h alone, and c through a linear map.
+        linear = condition == "linear" and condition_dim > 0
+        blocks: list[Any] = []
+        for a, b in zip(widths[:-1], widths[1:]):
+            if linear and not blocks:
+                first = ConditionedConv2d(channels, condition_dim, b, kernel_size, padding=padding, bias=not batchnorm,
+                                          **options)
+                norm = [BatchNorm2d(b, update_rule=update_rule, dtype=dtype)] if batchnorm else []
+                blocks.append(Sequential([first, *norm, Activation2d("relu")]))
+            else:
+                blocks.append(conv_block(a, b, kernel_size, "relu", batchnorm=batchnorm, **options))
+        options["init"] = "zeros"
+        if linear and not hidden:
+            out: Any = ConditionedConv2d(channels, condition_dim, channels, kernel_size, padding=padding, **options)
+        else:
+            out = Conv2d(widths[-1], channels, kernel_size, padding=padding, **options)
         super().__init__(Sequential(blocks + [out]), channels, condition_dim)
 
     def _check_h(self, h):

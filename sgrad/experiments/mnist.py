@@ -23,7 +23,8 @@ cross-entropy.  The methods:
 - ``ccomplete``: as ``complete``, with both generators of each interface also given the one-hot label.
 
 ``arch='cnn'`` builds the paper's MNIST CNN instead (conv blocks and
-convolutional generators: :mod:`sgrad.experiments.mnist_cnn`).
+convolutional generators: :mod:`sgrad.experiments.mnist_cnn`), and ``arch='peer-cnn'``
+koz4k/dni-pytorch's MNIST CNN example (the same module).
 
 :func:`run_grid` runs methods × depths for one seed and budget, caching each
 finished cell in its output folder so that an interrupted grid resumes.
@@ -58,11 +59,12 @@ from ..training.results_folder import check_out_dir, checkpoint_path, one_writer
 from ..training.resume import fingerprint
 from ..training.settings import (DECOUPLED, TARGETS, check_batch_fits, check_methods, check_network_size, check_settings,
                                  check_split, learning_rates)
-from .mnist_cnn import build_cnn, cnn_parameter_count, image_side
+from .mnist_cnn import (PEER_FIXED, build_cnn, build_peer_cnn, check_peer_cnn_settings, cnn_parameter_count,
+                        image_side, peer_cnn_parameter_count)
 
 PAPER_METHODS = ("backprop", "no-bprop", "dni", "cdni", "synthetic-loss", "complete", "ccomplete")
 GENERATORS = ("linear", "mlp")
-ARCHITECTURES = ("mlp", "cnn")
+ARCHITECTURES = ("mlp", "cnn", "peer-cnn")
 CONDITIONED = ("cdni", "synthetic-loss", "ccomplete")  # the methods whose generators are given the one-hot label
 COMPLETE = ("complete", "ccomplete")  # the methods whose interfaces also predict their h_k from x (synthetic inputs)
 WEIGHT_INITS = ("he", "pytorch")
@@ -90,7 +92,16 @@ class PaperConfig:
     arch : 'mlp' (the dense blocks above) or 'cnn' (the paper's MNIST CNN,
         :mod:`sgrad.experiments.mnist_cnn`: ``depth - 1`` conv blocks of ``channels``
         k×k filters, k = ``kernel_size``; ``hidden`` is then unused, and the generators are
-        convolutional, ``generator_hidden`` their hidden channels).
+        convolutional, ``generator_hidden`` their hidden channels), or 'peer-cnn', the MNIST CNN example
+        of koz4k/dni-pytorch, whole: two valid 5×5 conv blocks with batch norm, 2×2 max pooling and 2-D
+        dropout, one interface on the second block's pooled maps before its ReLU, a 320-50-10 top with
+        dropout and batch-normalised logits, the peer's convolutional synthesizer (three 5×5 convolutions
+        of 20 channels; cDNI adds the label's linear map at every position) and PyTorch's initial
+        weights and biases (:func:`~sgrad.experiments.mnist_cnn.build_peer_cnn`).  It fixes every field
+        that shapes a network (``depth``, ``hidden``, ``batchnorm``, ``channels``, ``kernel_size``,
+        the generator's and the interfaces' fields, ``logit_batchnorm``, ``init``): leave them at their
+        defaults.  The rest of the peer's setting is ``loss='mean', batch_size=64, alpha=1e-3`` and
+        9,380 iterations (10 epochs of 938 batches) evaluated every 938.
 
     Where the decoupled methods put their interfaces, and what they descend (fully connected nets;
     the defaults are the paper's method as above, and ``interfaces=(2,), interface_position='before',
@@ -170,6 +181,8 @@ class PaperConfig:
                              f"Use {self.kernel_size + 1} or {self.kernel_size - 1}")
         mlp_only = {"interfaces": "every", "interface_position": "after", "logit_batchnorm": False, "init": "he"}
         changed = [name for name, default in mlp_only.items() if getattr(self, name) != default]
+        if self.arch == "peer-cnn":
+            check_peer_cnn_settings(self)
         if self.arch == "cnn" and changed:
             verb = "shapes" if len(changed) == 1 else "shape"
             raise ValueError(f"{', '.join(changed)} {verb} the fully connected nets only (arch='mlp'); the CNN has an "
@@ -192,6 +205,9 @@ def build_network(method: str, input_dim: int, config: PaperConfig) -> list[Any]
     For the methods without generators, each hidden block is a module of the list.
     """
     _check_arch(method, config)
+    if config.arch == "peer-cnn":
+        return build_peer_cnn(input_dim, config, decoupled=method in DECOUPLED,
+                              condition_dim=NUM_CLASSES if method in CONDITIONED else 0, num_classes=NUM_CLASSES)
     if config.arch == "cnn":
         return build_cnn(method, input_dim, config, decoupled=method in DECOUPLED,
                          condition_dim=NUM_CLASSES if method in CONDITIONED else 0, num_classes=NUM_CLASSES)
@@ -239,6 +255,10 @@ def parameter_count(method: str, input_dim: int, config: PaperConfig) -> int:
     :func:`~sgrad.experiments.mnist_cnn.cnn_parameter_count`.
     """
     _check_arch(method, config)
+    if config.arch == "peer-cnn":
+        return peer_cnn_parameter_count(input_dim, decoupled=method in DECOUPLED,
+                                        condition_dim=NUM_CLASSES if method in CONDITIONED else 0,
+                                        num_classes=NUM_CLASSES)
     if config.arch == "cnn":
         return cnn_parameter_count(input_dim, config, decoupled=method in DECOUPLED,
                                    condition_dim=NUM_CLASSES if method in CONDITIONED else 0, num_classes=NUM_CLASSES)
@@ -306,9 +326,9 @@ def check_grid(methods: Sequence[str], depths: Sequence[int], config: PaperConfi
 
 def _check_arch(method, config):
     check_choice(method, "method", PAPER_METHODS)
-    if config.arch == "cnn" and method == "synthetic-loss":
-        raise ValueError("the synthetic loss is built for fully connected nets only (arch='mlp'); got arch='cnn'. "
-                         "Leave 'synthetic-loss' out of the methods, or use arch='mlp'")
+    if config.arch != "mlp" and method == "synthetic-loss":
+        raise ValueError("the synthetic loss is built for fully connected nets only (arch='mlp'); "
+                         f"got arch={config.arch!r}. Leave 'synthetic-loss' out of the methods, or use arch='mlp'")
     if config.arch != "mlp" and method in COMPLETE:
         raise ValueError(f"{method!r} (the complete unlock) is built for fully connected nets only (arch='mlp'); got "
                          f"arch={config.arch!r}. Leave {method!r} out of the methods, or use arch='mlp'")
@@ -379,7 +399,7 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
                 checkpoint_every: int | None = None) -> dict[str, Any]:
     """Train ``method`` on ``data = (x_train, y_train, x_test, y_test)``; returns its history.
 
-    x arrays: (n, 784) floats (shaped (n, 1, 28, 28) inside for ``arch='cnn'``); y arrays: integer labels (n,).  The history
+    x arrays: (n, 784) floats (shaped (n, 1, 28, 28) inside for the CNNs); y arrays: integer labels (n,).  The history
     holds ``iteration`` and ``test_accuracy`` (every ``eval_every`` iterations
     and at the end), ``train_loss`` (the mean loss over each such span) and
     ``wall_time`` (seconds, evaluation included, summed over resumed sessions).
@@ -400,7 +420,7 @@ def train_paper(method: str, data: Sequence[np.ndarray], config: PaperConfig | N
                        f"the {method} network of depth {config.depth}")
     # In the network's dtype: float64 data would turn every product of a float32 network into float64.
     x_train, x_test = np.asarray(x_train, dtype=config.dtype), np.asarray(x_test, dtype=config.dtype)
-    if config.arch == "cnn":  # rows of pixels as one-channel images (n, 1, side, side)
+    if config.arch != "mlp":  # rows of pixels as one-channel images (n, 1, side, side)
         side = image_side(x_train.shape[1])
         x_train, x_test = x_train.reshape(-1, 1, side, side), x_test.reshape(-1, 1, side, side)
     onehot = np.eye(NUM_CLASSES, dtype=config.dtype)
@@ -537,9 +557,11 @@ def _cell_name(method, config):
 def _relevant(method, settings):
     """The settings a cell depends on: backprop and no-bprop have no generators, so theirs don't count.
 
-    Nor does a fully connected net depend on the CNN's channels and kernel size, nor a CNN on ``hidden``.
+    Nor does a fully connected net depend on the CNN's channels and kernel size, nor a CNN on ``hidden``, nor
+    the peer's CNN on any field it fixes but ``depth`` (in the cell's name).
     """
-    unused = ("channels", "kernel_size") if settings.get("arch", "mlp") == "mlp" else ("hidden",)
+    arch = settings.get("arch", "mlp")
+    unused = ("channels", "kernel_size") if arch == "mlp" else ("hidden",) if arch == "cnn" else PEER_FIXED[1:]
     settings = {k: v for k, v in settings.items() if k not in unused}
     if method not in DECOUPLED:
         return {k: v for k, v in settings.items() if not k.startswith("generator") and k != "interfaces"}

@@ -10,7 +10,7 @@ Bottom to top:
   that pay, each tested against the plain kernel it replaces;
 - :mod:`.module`: ``Module``, the tree of children and the one ``submodules()`` walk, and what every module
   shares (the forward-before-backward guard, the update of its own parameters);
-- :mod:`.layers`, :mod:`.batchnorm`, :mod:`.blocks`, :mod:`.conv`: the modules, each with one public
-  ``forward`` / ``backward`` / ``update`` / ``predict``;
+- :mod:`.layers`, :mod:`.batchnorm`, :mod:`.blocks`, :mod:`.conv`, :mod:`.conditioned_conv`, :mod:`.dropout`:
+  the modules, each with one public ``forward`` / ``backward`` / ``update`` / ``predict``;
 - :mod:`.checkpoint`: a module tree saved to a file and loaded back.
 """

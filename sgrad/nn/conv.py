@@ -38,7 +38,7 @@ from .. import argument_checks
 from . import fast_kernels, kernels
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential
-from .initializers import INITIALIZERS, initialize
+from .initializers import BIAS_INITIALIZERS, INITIALIZERS, initial_bias, initialize
 from .module import NothingToLearn, WeightsAndBias
 from .optimizers import UpdateRule
 
@@ -80,8 +80,10 @@ class Conv2d(WeightsAndBias):
     bias : bool
         Whether there is a bias b (default True; a conv block with batch norm has none: beta plays its part).
     init : str
-        'he' (default, for ReLU), 'xavier', 'blog' or 'zeros', with fan_in = in_channels k_h k_w and
-        fan_out = out_channels.  The bias starts at zero.
+        'he' (default, for ReLU), 'xavier', 'pytorch', 'blog' or 'zeros', with fan_in = in_channels k_h k_w and
+        fan_out = out_channels.
+    bias_init : str
+        'zeros' (default) or 'pytorch': U(-1/√fan_in, 1/√fan_in), PyTorch's default for ``nn.Conv2d``.
     update_rule, seed, rng, dtype : as :class:`~sgrad.Layer`'s.
 
     Attributes
@@ -98,9 +100,9 @@ class Conv2d(WeightsAndBias):
     backward_needs = ("input", "output", "columns")
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], *, stride: int = 1,
-                 padding: int = 0, bias: bool = True, init: str = "he", update_rule: str | UpdateRule | None = None,
-                 seed: argument_checks.Seed = None, rng: np.random.Generator | None = None,
-                 dtype: DTypeLike = np.float64) -> None:
+                 padding: int = 0, bias: bool = True, init: str = "he", bias_init: str = "zeros",
+                 update_rule: str | UpdateRule | None = None, seed: argument_checks.Seed = None,
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64) -> None:
         self.input_dim = self.in_channels = argument_checks.check_integer(in_channels, "in_channels")
         self.output_dim = self.out_channels = argument_checks.check_integer(out_channels, "out_channels")
         self.kernel_size = _kernel_pair(kernel_size)
@@ -116,7 +118,9 @@ class Conv2d(WeightsAndBias):
                                     f"{kernel_height}x{kernel_width})", "use fewer channels or a smaller kernel")
         matrix = initialize(init, (fan_in, self.out_channels), rng, self.dtype)  # (fan_in, fan_out), as for a Layer
         self.weights = np.ascontiguousarray(matrix.T.reshape(self.out_channels, self.in_channels, *self.kernel_size))
-        self.bias = np.zeros(self.out_channels, dtype=self.dtype) if argument_checks.check_bool(bias, "bias") else None
+        bias_init = argument_checks.check_choice(bias_init, "bias_init", BIAS_INITIALIZERS)
+        self.bias = (initial_bias(bias_init, self.out_channels, fan_in, rng, self.dtype)
+                     if argument_checks.check_bool(bias, "bias") else None)
         self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
@@ -331,11 +335,12 @@ class Flatten(NothingToLearn):
 def conv_block(in_channels: int, out_channels: int, kernel_size: int = 3,
                nonlin: str | Callable[[np.ndarray], np.ndarray] = "relu", *, stride: int = 1,
                padding: int | None = None, batchnorm: bool = True, pool: int | None = None, init: str = "he",
-               update_rule: str | UpdateRule | None = None, seed: argument_checks.Seed = None,
+               bias_init: str = "zeros", update_rule: str | UpdateRule | None = None, seed: argument_checks.Seed = None,
                rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64) -> Sequential:
     """The convolutional hidden block: Conv→BatchNorm→nonlinearity, then max pooling if ``pool`` is given.
 
-    The analogue of :func:`~sgrad.dense_block`; without batch norm, Conv (with a bias)→nonlinearity.
+    The analogue of :func:`~sgrad.dense_block`; without batch norm, Conv (with a bias, started by
+    ``bias_init``)→nonlinearity.
     A k×k kernel; ``padding=None`` pads (k - 1) // 2 on each side, which keeps the maps' size for
     an odd k at stride 1.  ``pool=p`` adds ``MaxPool2d(p)`` (p×p windows side by side: the maps shrink p
     times).  Takes (batch, in_channels, height, width); gives (batch, out_channels, H_out, W_out).
@@ -345,7 +350,8 @@ def conv_block(in_channels: int, out_channels: int, kernel_size: int = 3,
     padding = (kernel_size - 1) // 2 if padding is None else padding
     rng = argument_checks.make_rng(seed, rng)
     modules: list[Any] = [Conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
-                                 bias=not batchnorm, init=init, update_rule=update_rule, rng=rng, dtype=dtype)]
+                                 bias=not batchnorm, init=init, bias_init=bias_init, update_rule=update_rule, rng=rng,
+                                 dtype=dtype)]
     if batchnorm:
         modules.append(BatchNorm2d(out_channels, update_rule=update_rule, dtype=dtype))
     modules.append(Activation2d(nonlin))

@@ -38,6 +38,16 @@ def zeros(shape: Shape, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarra
 
 
 INITIALIZERS = {"xavier": xavier, "he": he, "pytorch": pytorch, "blog": blog, "zeros": zeros}
+BIAS_INITIALIZERS = ("zeros", "pytorch")
+
+
+def initial_bias(init: str, size: int, fan_in: int, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:
+    """A new bias of ``size`` entries: 'zeros', or 'pytorch', U(-1/√fan_in, 1/√fan_in), PyTorch's default for the
+    bias of ``nn.Linear`` and ``nn.Conv2d`` (fan_in: the inputs each output sums over)."""
+    if init == "zeros":
+        return np.zeros(size, dtype=dtype)
+    limit = 1.0 / np.sqrt(fan_in)
+    return rng.uniform(-limit, limit, size=size).astype(dtype)
 
 
 def initialize(init: str | np.ndarray, shape: Shape, rng: np.random.Generator, dtype: DTypeLike) -> np.ndarray:

@@ -7,7 +7,7 @@ from numpy.typing import DTypeLike
 
 from .. import argument_checks
 from . import kernels
-from .initializers import initialize
+from .initializers import BIAS_INITIALIZERS, initial_bias, initialize
 from .module import WeightsAndBias
 from .nonlinearities import resolve_nonlinearity
 from .optimizers import UpdateRule
@@ -33,7 +33,9 @@ class Layer(WeightsAndBias):
         Whether the layer has a bias (default True; the blog's layers have none).
     init : str or ndarray
         Weight initialisation: 'xavier' (default), 'he', 'pytorch', 'blog', 'zeros', or an
-        array of shape (input_dim, output_dim).  The bias starts at zero.
+        array of shape (input_dim, output_dim).
+    bias_init : str
+        'zeros' (default) or 'pytorch': U(-1/√input_dim, 1/√input_dim), PyTorch's default.
     update_rule : str or UpdateRule
         'sgd' (default, the blog's), 'momentum', 'adam', or an
         :class:`~sgrad.nn.optimizers.UpdateRule` instance.
@@ -57,7 +59,7 @@ class Layer(WeightsAndBias):
 
     def __init__(self, input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray],
                  nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None, *, bias: bool = True,
-                 init: str | np.ndarray = "xavier", update_rule: str | UpdateRule | None = None,
+                 init: str | np.ndarray = "xavier", bias_init: str = "zeros", update_rule: str | UpdateRule | None = None,
                  seed: argument_checks.Seed = None, rng: np.random.Generator | None = None,
                  dtype: DTypeLike = np.float64) -> None:
         self.input_dim = argument_checks.check_integer(input_dim, "input_dim")
@@ -66,7 +68,9 @@ class Layer(WeightsAndBias):
         self.dtype = argument_checks.check_float_dtype(dtype)
         rng = argument_checks.make_rng(seed, rng)
         self.weights = initialize(init, (self.input_dim, self.output_dim), rng, self.dtype)
-        self.bias = np.zeros(self.output_dim, dtype=self.dtype) if argument_checks.check_bool(bias, "bias") else None
+        bias_init = argument_checks.check_choice(bias_init, "bias_init", BIAS_INITIALIZERS)
+        self.bias = (initial_bias(bias_init, self.output_dim, self.input_dim, rng, self.dtype)
+                     if argument_checks.check_bool(bias, "bias") else None)
         self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
