@@ -40,7 +40,7 @@ from sgrad.nn.losses import bce_with_logits
 from sgrad.recurrent.boundary_targets import ONE_WINDOW, LambdaReturn
 from sgrad.recurrent.eligibility_traces import BPLambda
 from sgrad.recurrent.layers import LSTM
-from sgrad.recurrent.tbptt import tbptt_step
+from sgrad.recurrent.tbptt import Sequences, SyntheticGradient, tbptt_step
 
 BATCH, BITS, WINDOW = 32, 8, 2
 
@@ -49,12 +49,12 @@ def method_step(targets, hidden, batch):
     """One ``tbptt_step`` of a fresh model (the same weights for every method) with ``targets``, as a closure."""
     core = LSTM(BITS + 1, hidden, update_rule="adam", seed=0)
     readout = Layer(hidden, BITS, "identity", update_rule="adam", seed=1)
-    generator = LinearGenerator(core.state_dim, update_rule="adam")
-    x, y, mask = batch
+    synthetic = SyntheticGradient(LinearGenerator(core.state_dim, update_rule="adam"), generator_alpha=3e-4,
+                                  targets=targets)
+    sequences = Sequences(*batch)
 
     def step():
-        return tbptt_step(core, readout, x, y, bce_with_logits, 1e-3, window=WINDOW, generator=generator,
-                          generator_alpha=3e-4, mask=mask, targets=targets)[0]
+        return tbptt_step(core, readout, sequences, bce_with_logits, 1e-3, window=WINDOW, synthetic=synthetic)[0]
 
     return step
 

@@ -150,11 +150,11 @@ def run_sgrad(steps, seed, lam=None, gamma=0.9, batch=BATCH, per_sequence=False)
     import numpy as np
 
     from sgrad import Layer, LinearGenerator
-    from sgrad.recurrent.boundary_targets import ONE_WINDOW, LambdaReturn
+    from sgrad.recurrent.boundary_targets import LambdaReturn
     from sgrad.nn.losses import bce_with_logits
     from sgrad.nn.optimizers import Adam
     from sgrad.recurrent.layers import LSTM
-    from sgrad.recurrent.tbptt import tbptt_step
+    from sgrad.recurrent.tbptt import Sequences, SyntheticGradient, tbptt_step
 
     def adam():
         return Adam(beta2=0.98, eps=1e-9)  # the peer's
@@ -163,8 +163,8 @@ def run_sgrad(steps, seed, lam=None, gamma=0.9, batch=BATCH, per_sequence=False)
     core = LSTM(BITS + 2, HIDDEN, update_rule=adam(), rng=rng)
     readout = Layer(HIDDEN, BITS + 1, "identity", update_rule=adam(), rng=rng)
     start_as_pytorch(core, readout, rng)
-    generator = None if lam is None else LinearGenerator(core.state_dim, update_rule=adam())
-    targets = ONE_WINDOW if lam is None else LambdaReturn(lam)
+    synthetic = None if lam is None else SyntheticGradient(LinearGenerator(core.state_dim, update_rule=adam()), 1e-5,
+                                                           gamma, LambdaReturn(lam))
     n, r = 1, 1
     curve = {"step": [0], "N": [1], "R": [1], "seconds": [0.0]}
     start, processor = time.perf_counter(), time.process_time()
@@ -173,8 +173,8 @@ def run_sgrad(steps, seed, lam=None, gamma=0.9, batch=BATCH, per_sequence=False)
         if per_sequence:
             loss = sequence_step(core, readout, x, y, mask, 1e-3)
         else:
-            loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, 1e-3, window=1, mask=mask,
-                                    generator=generator, generator_alpha=1e-5, synthetic_scale=gamma, targets=targets)
+            loss, _, _ = tbptt_step(core, readout, Sequences(x, y, mask), bce_with_logits, 1e-3, window=1,
+                                    synthetic=synthetic)
         if loss / LN2 < THRESHOLD:
             n, r = (n, r + 1) if r < n else (n + 1, r)
             for key, value in (("step", step), ("N", n), ("R", r), ("seconds", time.perf_counter() - start)):

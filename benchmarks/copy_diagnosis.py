@@ -42,7 +42,7 @@ from sgrad.dni.generators import LinearGenerator
 from sgrad.nn.losses import bce_with_logits
 from sgrad.recurrent.boundary_targets import ONE_WINDOW, Untruncated
 from sgrad.recurrent.layers import LSTM
-from sgrad.recurrent.tbptt import tbptt_step
+from sgrad.recurrent.tbptt import Sequences, SyntheticGradient, tbptt_step
 
 METHODS = ("bptt", "dni", "dni-true", "full")
 BITS, HIDDEN, BATCH, SCORED = 8, 64, 32, 256
@@ -145,18 +145,19 @@ def main(argv=None):
         if method not in METHODS:
             parser.error(f"--methods: unknown method {method!r}; choose from {', '.join(METHODS)}")
         core, readout, generator = build(method, args.seed)
+        synthetic = None
         if generator is not None:
             generator = WarmingUp(generator, args.hold, args.ramp)
+            synthetic = SyntheticGradient(generator, args.generator_alpha, args.scale,
+                                          Untruncated() if method == "dni-true" else ONE_WINDOW)
         rng = np.random.default_rng(np.random.SeedSequence(args.seed).spawn(3)[2])
         scores, start = [], time.perf_counter()
         for step in range(1, args.steps + 1):
             if generator is not None:
                 generator.step = step
             x, y, mask = copy_batch(BATCH, args.length, bits=BITS, rng=rng)
-            tbptt_step(core, readout, x, y, bce_with_logits, args.alpha,
-                       window=x.shape[1] if method == "full" else args.window, generator=generator,
-                       generator_alpha=args.generator_alpha, mask=mask, synthetic_scale=args.scale,
-                       targets=Untruncated() if method == "dni-true" else ONE_WINDOW)
+            tbptt_step(core, readout, Sequences(x, y, mask), bce_with_logits, args.alpha,
+                       window=x.shape[1] if method == "full" else args.window, synthetic=synthetic)
             if step % args.every == 0:
                 scores.append(error(core, readout, *copy_batch(SCORED, args.length, bits=BITS, rng=rng)))
         print(f"{method:9s} " + " ".join(f"{s:5.2f}" for s in scores) + f"   ({time.perf_counter() - start:.0f} s)",

@@ -17,7 +17,7 @@ from sgrad.nn.losses import mse
 from sgrad.recurrent.boundary_targets import LambdaReturn, NWindows, Untruncated
 from sgrad.recurrent.eligibility_traces import BPLambda, accumulate_trace, trace_gradients, window_jacobian
 from sgrad.recurrent.layers import LSTM, RNN
-from sgrad.recurrent.tbptt import tbptt_step
+from sgrad.recurrent.tbptt import Sequences, SyntheticGradient, tbptt_step
 
 TIME, WINDOW = 7, 2  # four windows: steps 1-2, 3-4, 5-6 and 7
 
@@ -26,8 +26,8 @@ def _recorded_targets(cls, targets, *, scale=1.0, sequence_ends=True, state=None
     """M's target at each boundary of one tbptt_step, with the core, the readout and M held where they are."""
     core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
     generator = RecordingGenerator(core.state_dim, init="blog", seed=5, update_rule=SumOfGradients())
-    tbptt_step(core, readout, x, y, mse, 0.1, window=WINDOW, generator=generator, mask=mask, state=state,
-               synthetic_scale=scale, sequence_ends=sequence_ends, targets=targets)
+    tbptt_step(core, readout, Sequences(x, y, mask, state=state, sequence_ends=sequence_ends), mse, 0.1, window=WINDOW,
+               synthetic=SyntheticGradient(generator, synthetic_scale=scale, targets=targets))
     return generator.targets
 
 
@@ -90,9 +90,10 @@ def _train(cls, targets, *, generator_rule="adam", scale=1.0, sequence_ends=True
     generator = LinearGenerator(core.state_dim, init="blog", seed=5,
                                 update_rule=generator_rule() if callable(generator_rule) else generator_rule)
     state = np.random.default_rng(1).standard_normal((3, core.state_dim)) if carried else None
-    loss, last, losses = tbptt_step(core, readout, x, y, mse, 0.05, window=WINDOW, generator=generator,
-                                    generator_alpha=0.02, mask=mask, state=state, synthetic_scale=scale,
-                                    sequence_ends=sequence_ends, targets=targets)
+    loss, last, losses = tbptt_step(core, readout, Sequences(x, y, mask, state=state, sequence_ends=sequence_ends),
+                                    mse, 0.05, window=WINDOW,
+                                    synthetic=SyntheticGradient(generator, generator_alpha=0.02, synthetic_scale=scale,
+                                                                targets=targets))
     return core, readout, generator, (loss, last, losses)
 
 
@@ -135,8 +136,8 @@ def test_bp_lambda_learns_online_and_keeps_the_dtype():
     core, readout, x, y, mask = _sequence_task(LSTM, dtype=np.float32, update_rule="adam")
     generator = LinearGenerator(core.state_dim, init="blog", seed=5, update_rule="adam", dtype=np.float32)
     before = generator.weights.copy()
-    _, state, losses = tbptt_step(core, readout, x, y, mse, 0.01, window=WINDOW, generator=generator, mask=mask,
-                                  targets=BPLambda(0.5))
+    _, state, losses = tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.01, window=WINDOW,
+                                  synthetic=SyntheticGradient(generator, targets=BPLambda(0.5)))
     assert len(losses) == 3 and all(np.isfinite(losses))
     assert state.dtype == np.float32 and generator.weights.dtype == np.float32
     assert np.abs(generator.weights - before).max() > 0
@@ -245,8 +246,8 @@ def test_a_synthesiser_without_the_traces_interface_is_refused_before_anything_c
     with pytest.raises(TypeError, match=r"BP\(λ\)'s traces need a synthesiser with parameters, predict, "
                                         r"parameter_jacobians, apply_gradients \(as LinearGenerator has\); "
                                         r"MLPGenerator lacks parameter_jacobians, apply_gradients"):
-        tbptt_step(core, readout, x, y, mse, 0.01, window=WINDOW, generator=generator, mask=mask,
-                   targets=BPLambda(0.5))
+        tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.01, window=WINDOW,
+                   synthetic=SyntheticGradient(generator, targets=BPLambda(0.5)))
     for module, state in zip(modules, before):
         assert_same_state(module, state)
 
@@ -257,6 +258,6 @@ def test_a_gamma_outside_0_1_is_refused_with_the_traces_too(scale):
     generator = LinearGenerator(core.state_dim, seed=1)
     before = copy.deepcopy(generator.weights)
     with pytest.raises(ValueError, match=r"synthetic_scale must be a finite number in \(0, 1\]"):
-        tbptt_step(core, readout, x, y, mse, 0.01, window=WINDOW, generator=generator, mask=mask,
-                   synthetic_scale=scale, targets=BPLambda(0.5))
+        tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.01, window=WINDOW,
+                   synthetic=SyntheticGradient(generator, synthetic_scale=scale, targets=BPLambda(0.5)))
     np.testing.assert_array_equal(generator.weights, before)

@@ -417,7 +417,7 @@ def test_a_cnn_whose_dense_batch_norm_needs_two_examples_refuses_one_before_any_
 
 def test_conv2d_backward_before_forward_and_after_update_raise():
     conv = _conv()
-    with pytest.raises(ValueError, match=r"backward\(\) needs the output of a forward pass"):
+    with pytest.raises(ValueError, match=r"backward\(\) needs a forward pass first"):
         conv.backward(np.ones((4, 3, 3, 3)))
     conv.forward(_maps())
     with pytest.raises(ValueError, match=r"update\(\) needs the gradients"):

@@ -267,8 +267,8 @@ def test_no_callable_of_the_edition_computes_a_dense_layers_backward_and_sgrads_
     assert {"sgrad.nn.kernels.linear_forward", "sgrad.nn.kernels.dense_forward", "sgrad.nn.kernels.conv2d_forward",
             "sgrad.nn.layers.Layer.forward", "sgrad.nn.layers.Layer.predict", "sgrad.nn.conv.Conv2d.forward",
             "sgrad.nn.blocks.Sequential.forward", "sgrad.dni.generators.Generator.forward", "sgrad.nn.optimizers.SGD.step",
-            "sgrad.nn.losses.mse", "sgrad.course.checkers.gradient_check",
-            "sgrad.course.checkers.relative_error"} <= set(on_the_edition["ran"])
+            "sgrad.nn.losses.mse", "sgrad.course.backward_check.gradient_check",
+            "sgrad.course.numerical_gradients.relative_error"} <= set(on_the_edition["ran"])
 
 
 def statements(text):

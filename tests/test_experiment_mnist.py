@@ -560,6 +560,33 @@ def test_the_paper_command_builds_the_peers_interface_and_records_its_settings(t
     assert 1.5 < cell["history"]["train_loss"][0] < 3.5  # the mean loss per example, about ln 10 at the start
 
 
+def test_the_paper_command_trains_the_complete_unlock_at_the_peers_interface(tmp_path):
+    tiny_mnist(tmp_path)
+    env = dict(os.environ, SGRAD_DATA_DIR=str(tmp_path))
+    command = [sys.executable, "-m", "sgrad", "paper", "--methods", "complete,ccomplete", "--iterations", "4",
+               "--eval-every", "2", "--batch-size", "8", "--hidden", "16", "--generator-hidden", "8,8",
+               "--no-generator-batchnorm", "--no-verify", "--interfaces", "2", "--interface-position", "before",
+               "--loss", "mean", "--logit-batchnorm", "--init", "pytorch", "--out", str(tmp_path / "out")]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert [line.split(" |")[0] for line in result.stdout.splitlines()[2:]] == ["| complete", "| ccomplete"]
+    for method in ("complete", "ccomplete"):
+        cell = json.loads((tmp_path / "out" / "cells" / f"{method}-depth3.json").read_text())
+        assert cell["settings"]["config"]["generator_hidden"] == [8, 8]
+        assert cell["history"]["iteration"] == [2, 4]
+        assert 1.5 < cell["history"]["train_loss"][0] < 3.5  # the mean loss per example, about ln 10 at the start
+
+
+def test_the_paper_command_refuses_the_complete_unlock_for_a_cnn_before_it_loads_mnist(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "sgrad", "paper", "--arch", "cnn", "--methods", "dni,ccomplete",
+                             "--data", str(tiny_mnist(tmp_path)), "--out", str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "'ccomplete' (the complete unlock) is built for fully connected nets only (arch='mlp'); got arch='cnn'" in (
+        result.stderr)
+
+
 def _real_mnist():
     folder = os.environ.get("SGRAD_DATA_DIR")
     path = pathlib.Path(folder) / "mnist.npz" if folder else None

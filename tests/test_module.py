@@ -284,15 +284,49 @@ def test_restored_on_error_puts_back_a_users_object_that_is_not_a_module():
     assert vars(generator) == {} and generator.output_dim == 4
 
 
-def test_restored_on_error_does_not_undo_a_parameter_already_moved_in_place():
-    """What it promises is the state before the first update: a body must refuse bad input before it steps."""
-    layer = Layer(3, 4, "tanh", seed=0)
-    weights = layer.weights.copy()
-    with pytest.raises(RuntimeError):
-        with restored_on_error(layer):
-            layer.weights -= 1.0
-            raise RuntimeError("after the step")
-    np.testing.assert_array_equal(layer.weights, weights - 1.0)
+def _block_whose_update_overflows_at_its_last_parameter():
+    """A trained DNIBlock after forward and backward, whose batch norm's dL/dβ is so large that Adam's square of it
+    overflows: the block's update steps the linear map's weights and γ in place, then raises at β."""
+    tree = _trained_dni_block()
+    tree.block.forward(_x(3, seed=3))
+    tree.block.backward(_x(4, seed=4))
+    batchnorm = tree.block.modules[1]
+    batchnorm.gradients["beta"] = np.full_like(batchnorm.beta, 1e200)
+    return tree
+
+
+def test_an_update_that_fails_half_way_has_stepped_some_parameters_in_place():
+    """The failure the transaction below undoes: without it, the weights before β stay stepped."""
+    tree = _block_whose_update_overflows_at_its_last_parameter()
+    weights, gamma = tree.block.modules[0].weights.copy(), tree.block.modules[1].gamma.copy()
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        tree.block.update(0.1)
+    assert not np.array_equal(tree.block.modules[0].weights, weights)
+    assert not np.array_equal(tree.block.modules[1].gamma, gamma)
+
+
+def test_restored_on_error_puts_back_every_weight_and_update_state_of_an_update_that_failed_half_way():
+    tree = _block_whose_update_overflows_at_its_last_parameter()
+    before = tree_state(tree)
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError):
+        with restored_on_error(tree):
+            tree.block.update(0.1)
+    assert_same_state(tree, before)  # bit for bit: weights, γ, β, Adam's moments and step counts
+
+
+def test_restored_on_error_puts_back_an_update_that_a_body_inside_it_finished():
+    """A body that ends inside one that raises: the outer transaction undoes the inner one's steps too."""
+    tree = _trained_dni_block()
+    tree.block.forward(_x(3, seed=3))
+    tree.block.backward(_x(4, seed=4))
+    before = tree_state(tree)
+    with pytest.raises(RuntimeError, match="after the inner body"):
+        with restored_on_error(tree):
+            with restored_on_error(tree.block):
+                tree.block.update(0.1)
+            assert not np.array_equal(tree.block.modules[0].weights, before["block.modules.0:weights"])
+            raise RuntimeError("after the inner body")
+    assert_same_state(tree, before)
 
 
 @pytest.mark.parametrize("raises", [False, True], ids=["body-ends", "body-raises"])

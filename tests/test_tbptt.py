@@ -14,7 +14,7 @@ from sgrad.nn.losses import mse
 from sgrad.recurrent.boundary_targets import NWindows, Untruncated
 from sgrad.recurrent.eprop import eprop_backward
 from sgrad.recurrent.layers import LSTM, RNN
-from sgrad.recurrent.tbptt import tbptt_step
+from sgrad.recurrent.tbptt import EProp, Sequences, SyntheticGradient, tbptt_step
 
 class SumOfGradients(UpdateRule):
     """An update rule that leaves each parameter where it is and adds up the gradients it is handed, in
@@ -93,7 +93,7 @@ def test_truncated_bptt_with_a_generator_of_the_exact_future_gradient_gives_full
     core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
     full_core, full_readout, _ = _full_bptt(core, readout, x, y, mask)
     oracle = ExactFutureGradient(core, readout, x, y, mask)
-    tbptt_step(core, readout, x, y, mse, 0.1, window=window, generator=oracle, mask=mask)
+    tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=window, synthetic=SyntheticGradient(oracle))
     for module, full in ((core, full_core), (readout, full_readout)):
         for name in module.parameters:
             np.testing.assert_allclose(module.update_state[name]["sum"], full[name], rtol=0, atol=1e-10,
@@ -107,7 +107,7 @@ def test_truncated_bptt_with_a_generator_of_the_exact_future_gradient_gives_full
 @pytest.mark.parametrize("cls", [RNN, LSTM])
 def test_truncated_bptt_without_a_generator_stops_the_gradient_at_each_boundary(cls):
     core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
-    tbptt_step(core, readout, x, y, mse, 0.1, window=3, mask=mask)
+    tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=3)
     expected, state = {name: 0.0 for name in core.parameters}, None
     for begin in (0, 3, 6):  # each window by itself, with nothing coming back from after it
         gradients, _, _ = _full_bptt(core, readout, x[:, begin:begin + 3], y[:, begin:begin + 3],
@@ -126,8 +126,8 @@ def test_eprop_for_the_core_is_truncated_bptt_where_the_lstm_has_no_recurrent_we
     for core_gradient in ("bptt", "eprop"):
         core, readout, x, y, mask = _sequence_task(LSTM, update_rule=SumOfGradients())
         core.weights_h[...] = 0.0  # no path from h_(t-1) into later gates: e-prop's traces are then exact
-        generator = LinearGenerator(core.state_dim, seed=1) if with_generator else None
-        tbptt_step(core, readout, x, y, mse, 0.1, window=3, mask=mask, generator=generator,
+        synthetic = SyntheticGradient(LinearGenerator(core.state_dim, seed=1)) if with_generator else None
+        tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=3, synthetic=synthetic,
                    core_gradient=core_gradient)
         sums[core_gradient] = {name: core.update_state[name]["sum"] for name in core.parameters}
     for name, total in sums["bptt"].items():
@@ -147,8 +147,8 @@ def test_eprop_for_the_core_sums_each_windows_estimate_and_differs_from_bptt_wit
         expected = {name: expected[name] + copy_core.gradients[name] for name in expected}
         state = last_state
     bptt_core = copy.deepcopy(core)
-    tbptt_step(bptt_core, copy.deepcopy(readout), x, y, mse, 0.1, window=3, mask=mask)
-    tbptt_step(core, readout, x, y, mse, 0.1, window=3, mask=mask, core_gradient="eprop")
+    tbptt_step(bptt_core, copy.deepcopy(readout), Sequences(x, y, mask), mse, 0.1, window=3)
+    tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=3, core_gradient="eprop")
     for name in core.parameters:
         np.testing.assert_allclose(core.update_state[name]["sum"], expected[name], rtol=1e-12, atol=1e-15,
                                    err_msg=name)
@@ -157,9 +157,9 @@ def test_eprop_for_the_core_sums_each_windows_estimate_and_differs_from_bptt_wit
 
 def test_eprop_for_the_core_trains_a_few_steps_with_a_generator():
     core, readout, x, y, mask = _sequence_task(LSTM, update_rule="adam")
-    generator = LinearGenerator(core.state_dim, seed=1)
+    synthetic = SyntheticGradient(LinearGenerator(core.state_dim, seed=1))
     before = core.weights_h.copy()
-    losses = [tbptt_step(core, readout, x, y, mse, 0.01, window=3, mask=mask, generator=generator,
+    losses = [tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.01, window=3, synthetic=synthetic,
                          core_gradient="eprop")[0] for _ in range(20)]
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
     assert np.abs(core.weights_h - before).max() > 1e-3
@@ -170,8 +170,8 @@ def test_the_default_core_gradient_is_bptt_bit_for_bit():
     for options in ({}, {"core_gradient": "bptt"}):
         core, readout, x, y, mask = _sequence_task(LSTM)
         generator = LinearGenerator(core.state_dim, seed=1)
-        loss, state, generator_losses = tbptt_step(core, readout, x, y, mse, 0.1, window=2, mask=mask,
-                                                   generator=generator, **options)
+        loss, state, generator_losses = tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=2,
+                                                   synthetic=SyntheticGradient(generator), **options)
         runs.append((loss, state, generator_losses, (core, readout, generator)))
     (loss, state, generator_losses, modules), (loss_bptt, state_bptt, generator_losses_bptt, modules_bptt) = runs
     assert loss == loss_bptt and generator_losses == generator_losses_bptt
@@ -180,13 +180,28 @@ def test_the_default_core_gradient_is_bptt_bit_for_bit():
         assert_same_state(module, tree_state(module_bptt))
 
 
+def test_the_core_gradient_may_be_given_as_its_strategy_bit_for_bit():
+    runs = []
+    for core_gradient in ("eprop", EProp()):
+        core, readout, x, y, mask = _sequence_task(LSTM, update_rule="adam")
+        generator = LinearGenerator(core.state_dim, seed=1)
+        result = tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=2,
+                            synthetic=SyntheticGradient(generator), core_gradient=core_gradient)
+        runs.append((result, (core, readout, generator)))
+    ((loss, state, generator_losses), modules), ((loss_object, state_object, losses_object), modules_object) = runs
+    assert loss == loss_object and generator_losses == losses_object
+    np.testing.assert_array_equal(state, state_object)
+    for module, module_object in zip(modules, modules_object):
+        assert_same_state(module, tree_state(module_object))
+
+
 @pytest.mark.parametrize("window", [1, 2, 3, 7])
 def test_the_sequence_loss_does_not_depend_on_where_the_windows_are_cut(window):
     core, readout, x, y, mask = _sequence_task(LSTM, update_rule=SumOfGradients())
     outputs, _ = core.predict(x)
     prediction = readout.predict(outputs.reshape(21, 3)).reshape(3, 7, 2)
     expected = float(np.sum(mask * 0.5 * np.sum((prediction - y) ** 2, axis=2))) / 3
-    loss, _, _ = tbptt_step(core, readout, x, y, mse, 0.1, window=window, mask=mask)
+    loss, _, _ = tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=window)
     assert loss == pytest.approx(expected, rel=1e-13)
 
 
@@ -202,10 +217,11 @@ def test_tbptt_step_is_the_modules_public_calls_with_bootstrapped_generator_targ
 
     core, readout, generator, x, y, mask = build()
     state = np.random.default_rng(1).standard_normal((3, core.state_dim)) if carried else None
-    loss, last_state, generator_losses = tbptt_step(core, readout, x, y, mse, 0.05, window=3, state=state,
-                                                    generator=generator, generator_alpha=0.02, mask=mask,
-                                                    sequence_ends=sequence_ends,
-                                                    **({} if scale == 1.0 else {"synthetic_scale": scale}))
+    synthetic = SyntheticGradient(generator, generator_alpha=0.02,
+                                  **({} if scale == 1.0 else {"synthetic_scale": scale}))
+    loss, last_state, generator_losses = tbptt_step(
+        core, readout, Sequences(x, y, mask, state=state, sequence_ends=sequence_ends), mse, 0.05, window=3,
+        synthetic=synthetic)
 
     hand_core, hand_readout, hand_generator, _, _, _ = build()
     s = hand_core.initial_state(3) if state is None else state
@@ -240,7 +256,8 @@ def test_tbptt_step_is_the_modules_public_calls_with_bootstrapped_generator_targ
 def test_true_targets_regress_the_generator_onto_the_untruncated_gradient_at_each_boundary(cls):
     core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
     generator = RecordingGenerator(core.state_dim, init="blog", seed=5)
-    tbptt_step(core, readout, x, y, mse, 0.1, window=2, generator=generator, mask=mask, targets=Untruncated())
+    tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=2,
+               synthetic=SyntheticGradient(generator, targets=Untruncated()))
     assert len(generator.targets) == 3
     for t, target in zip((2, 4, 6), generator.targets):
         state = core.predict(x[:, :t])[1]
@@ -257,8 +274,8 @@ def test_n_step_targets_backpropagate_n_windows_of_loss_then_the_generators_own_
     backpropagated to s_2; at s_4 and s_6 the two windows reach the sequence's end, so M(s_7) only if it goes on."""
     core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
     generator = RecordingGenerator(core.state_dim, init="blog", seed=5, update_rule=SumOfGradients())
-    tbptt_step(core, readout, x, y, mse, 0.1, window=2, generator=generator, mask=mask, synthetic_scale=scale,
-               sequence_ends=sequence_ends, targets=NWindows(2))
+    tbptt_step(core, readout, Sequences(x, y, mask, sequence_ends=sequence_ends), mse, 0.1, window=2,
+               synthetic=SyntheticGradient(generator, synthetic_scale=scale, targets=NWindows(2)))
     assert len(generator.targets) == 3
     for t, target in zip((2, 4, 6), generator.targets):
         far = min(t + 4, 7)
@@ -271,8 +288,8 @@ def test_n_step_targets_backpropagate_n_windows_of_loss_then_the_generators_own_
         np.testing.assert_allclose(target, expected, rtol=1e-12, atol=1e-14, err_msg=f"step {t}")
     if not sequence_ends:  # with 1 window, the target at s_2 would take M's ĝ at s_4: 2 windows differ from it
         one_window = RecordingGenerator(core.state_dim, init="blog", seed=5, update_rule=SumOfGradients())
-        tbptt_step(core, readout, x, y, mse, 0.1, window=2, generator=one_window, mask=mask, synthetic_scale=scale,
-                   sequence_ends=False)
+        tbptt_step(core, readout, Sequences(x, y, mask, sequence_ends=False), mse, 0.1, window=2,
+                   synthetic=SyntheticGradient(one_window, synthetic_scale=scale))
         assert np.abs(one_window.targets[0] - generator.targets[0]).max() > 1e-3
 
 
@@ -282,7 +299,8 @@ def test_n_step_targets_that_reach_the_sequences_end_are_the_true_targets(cls):
     for name, options in {"true": {"targets": Untruncated()}, "4 windows": {"targets": NWindows(4)}}.items():
         core, readout, x, y, mask = _sequence_task(cls, update_rule=SumOfGradients())
         generator = RecordingGenerator(core.state_dim, init="blog", seed=5)
-        tbptt_step(core, readout, x, y, mse, 0.1, window=2, generator=generator, mask=mask, **options)
+        tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.1, window=2,
+                   synthetic=SyntheticGradient(generator, **options))
         targets[name] = generator.targets
     for true, n_step in zip(targets["true"], targets["4 windows"], strict=True):
         np.testing.assert_allclose(n_step, true, rtol=1e-12, atol=1e-15)
@@ -292,7 +310,8 @@ def test_tbptt_step_with_the_same_seed_gives_the_same_numbers():
     def run():
         core, readout, x, y, mask = _sequence_task(LSTM, seed=3, update_rule="adam")
         generator = sgrad.MLPGenerator(core.state_dim, hidden=(5,), batchnorm=False, seed=4)
-        result = tbptt_step(core, readout, x, y, mse, 0.01, window=2, generator=generator, mask=mask)
+        result = tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.01, window=2,
+                            synthetic=SyntheticGradient(generator))
         return result, core.weights_h.copy()
 
     (loss, state, generator_losses), weights = run()
@@ -306,7 +325,8 @@ def test_tbptt_step_with_the_same_seed_gives_the_same_numbers():
 def test_tbptt_step_keeps_the_dtype(dtype):
     core, readout, x, y, mask = _sequence_task(LSTM, dtype=dtype)
     generator = LinearGenerator(core.state_dim, init="blog", seed=1, dtype=dtype)
-    _, state, _ = tbptt_step(core, readout, x, y, mse, 0.01, window=3, generator=generator, mask=mask)
+    _, state, _ = tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.01, window=3,
+                             synthetic=SyntheticGradient(generator))
     assert state.dtype == dtype
     for module in (core, readout, generator):
         assert all(param.dtype == dtype for param in module.parameters.values()), repr(module)
@@ -315,9 +335,22 @@ def test_tbptt_step_keeps_the_dtype(dtype):
 def _tbptt_arguments(dtype=np.float64):
     core, readout, x, y, mask = _sequence_task(LSTM, dtype=dtype)
     generator = LinearGenerator(core.state_dim, init="blog", seed=1, dtype=dtype)
-    tbptt_step(core, readout, x, y, mse, 0.01, window=3, generator=generator, mask=mask)  # every cache filled
+    tbptt_step(core, readout, Sequences(x, y, mask), mse, 0.01, window=3,
+               synthetic=SyntheticGradient(generator))  # every cache filled
     return dict(core=core, readout=readout, x=x, y=y, loss_fn=mse, alpha=0.01, window=3, generator=generator,
                 mask=mask)
+
+
+def _tbptt_step_of(arguments):
+    """tbptt_step on the arguments of BAD_TBPTT, named as Sequences' and SyntheticGradient's fields: the data
+    grouped as Sequences, M and its settings as a SyntheticGradient (None for a generator of None alone)."""
+    rest = dict(arguments)
+    sequences = Sequences(**{name: rest.pop(name) for name in ("x", "y", "mask", "state", "sequence_ends")
+                             if name in rest})
+    options = {name: rest.pop(name) for name in ("generator", "generator_alpha", "synthetic_scale", "targets")
+               if name in rest}
+    synthetic = None if options == {"generator": None} else SyntheticGradient(**options)
+    return tbptt_step(sequences=sequences, synthetic=synthetic, **rest)
 
 
 BAD_TBPTT = {
@@ -373,7 +406,7 @@ def test_tbptt_step_refuses_bad_input_in_the_users_words_and_changes_nothing(cas
     with np.errstate(invalid="ignore"):
         arguments.update(change(arguments) if callable(change) else change)
     with pytest.raises(error, match=message):
-        tbptt_step(**arguments)
+        _tbptt_step_of(arguments)
     for module, state in zip(modules, before):
         assert_same_state(module, state)
 
@@ -383,8 +416,40 @@ def test_tbptt_step_refuses_a_generator_whose_gradient_would_change_the_cores_dt
     before = tree_state(arguments["core"])
     arguments["generator"] = LinearGenerator(6, init="blog", seed=1)  # float64: its ĝ would make float32 gradients 64
     with pytest.raises(TypeError, match=r"must have the dtype of the core's state, float32; got float64"):
-        tbptt_step(**arguments)
+        _tbptt_step_of(arguments)
     assert_same_state(arguments["core"], before)
+
+
+def test_tbptt_step_refuses_data_and_settings_that_are_not_grouped_before_anything_changes():
+    arguments = _tbptt_arguments()
+    core, readout, x, y, generator = (arguments[name] for name in ("core", "readout", "x", "y", "generator"))
+    modules = [core, readout, generator]
+    before = [tree_state(module) for module in modules]
+    with pytest.raises(TypeError, match=r"sequences must be a Sequences\(x, y, mask=.*got ndarray. Wrap the data: "
+                                        r"tbptt_step\(core, readout, Sequences\(x, y\), ...\)"):
+        tbptt_step(core, readout, x, mse, 0.01, window=3)
+    with pytest.raises(TypeError, match=r"synthetic must be a SyntheticGradient\(generator, ...\) .* or None .*"
+                                        r"got LinearGenerator"):
+        tbptt_step(core, readout, Sequences(x, y), mse, 0.01, window=3, synthetic=generator)
+    for module, state in zip(modules, before):
+        assert_same_state(module, state)
+
+
+def test_a_synthetic_gradient_without_a_generator_is_refused_when_built():
+    with pytest.raises(ValueError, match=r"a SyntheticGradient needs its generator M, such as "
+                                         r"LinearGenerator\(core.state_dim\); got None. For truncated BPTT without "
+                                         r"one, pass synthetic=None"):
+        SyntheticGradient(None)
+    with pytest.raises(ValueError, match=r"pass SyntheticGradient\(generator, targets=NWindows\(3\)\)"):
+        SyntheticGradient(None, targets=NWindows(3))
+
+
+def test_sequences_refuse_a_carried_state_that_is_not_a_batch_when_built():
+    x, y = np.zeros((3, 7, 2)), np.zeros((3, 7, 2))
+    with pytest.raises(ValueError, match=r"state must have shape \(batch, features\); got shape \(6,\)"):
+        Sequences(x, y, state=np.zeros(6))
+    with pytest.raises(TypeError, match=r"sequence_ends must be True or False"):
+        Sequences(x, y, sequence_ends="no")
 
 
 @pytest.mark.parametrize("n, error, message", [

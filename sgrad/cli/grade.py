@@ -4,16 +4,17 @@ class's (:mod:`sgrad.course.gradebook`)."""
 import argparse
 import pathlib
 import sys
-from typing import Any
 
 from ..course import gradebook, grader
 from ..course.grader import Terminated
+from .argument_types import whole_number
 
 __all__ = ["DESCRIPTION", "Terminated", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Give ``parser`` (``sgrad grade``'s) the grader's arguments."""
+    """Give ``parser`` (``sgrad grade``'s) the grader's description and arguments."""
+    parser.description = DESCRIPTION
     parser.add_argument("notebooks", type=pathlib.Path, nargs="+", metavar="NOTEBOOK",
                         help="the students' notebooks (.ipynb files), or folders holding them")
     parser.add_argument("--timeout", type=_positive_int, default=grader.TIMEOUT, metavar="SECONDS",
@@ -69,23 +70,9 @@ def run(args: argparse.Namespace) -> int:
                                  seed=args.seed, sandboxed=args.sandboxed, gradebook=args.gradebook)
 
 
-def _whole(unit: str, units: str, least: int, *, zero_allowed: bool = False, why: str = "") -> Any:
-    """An argparse type: a whole number of ``units``, at least ``least`` (or 0, if ``zero_allowed``)."""
-    def convert(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number{' of ' + units if units else ''}; got {text!r}") \
-                from None
-        if value < least and not (zero_allowed and value == 0):
-            allowed = (f"0 (no limit) or at least {least} {units}" if zero_allowed else
-                       f"at least {least}{' ' + unit if unit else ''}")
-            raise argparse.ArgumentTypeError(f"expected {allowed}{why}; got {value}")
-        return value
-    return convert
-
-
-_positive_int = _whole("second", "seconds", 1)
-_jobs = _whole("notebook at a time", "notebooks at a time", 1)
-_mebibytes = _whole("MiB", "MiB", grader.MIN_MEMORY, zero_allowed=True, why=" (the least with which a kernel starts)")
-_seed = _whole("", "", 0)
+_positive_int = whole_number(1, units="seconds", expected="at least 1 second")
+_jobs = whole_number(1, units="notebooks at a time", expected="at least 1 notebook at a time")
+_mebibytes = whole_number(grader.MIN_MEMORY, units="MiB", zero_allowed=True,
+                          expected=f"0 (no limit) or at least {grader.MIN_MEMORY} MiB (the least with which a kernel "
+                                   "starts)")
+_seed = whole_number(0, expected="at least 0")

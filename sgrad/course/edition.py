@@ -15,6 +15,7 @@ whatever the notebook does to reach sgrad's own code, it finds none to pass a ch
   ``gradient_check``: they compare the student's own forward and backward, and hold no answer) and
   the :class:`CheckResult` they return; the three exercise checkers become stand-ins that check
   nothing: ``sgrad grade`` checks each exercise itself, on inputs of its own, once the notebook has run.
+  The exercises' modules, which hold the judges, their references and their hints, are left out.
 
 Comments do not survive the syntax tree; docstrings do.  :func:`build` fails if an entry of
 :data:`WITHHELD` names nothing, or if a kept module has a backward pass that the list does not name::
@@ -117,7 +118,7 @@ def edition(source: pathlib.Path = SOURCE) -> dict[str, str]:
         if module in trees:
             continue
         tree = ast.parse(_path(source, module).read_text(encoding="utf-8"))
-        trees[module] = _checkers(tree, source) if module == "sgrad.course.checkers" else tree
+        trees[module] = _course_module(tree, module, source) if module.startswith("sgrad.course.") else tree
         pending += _imported_modules(trees[module], module, source)
     done = {name for module, tree in trees.items() for name in _withhold(tree, module)}
     stale = sorted(set(WITHHELD) - done)
@@ -225,15 +226,22 @@ def _withheld(function: ast.FunctionDef) -> bool:
             and "is withheld while sgrad grade runs" in ast.unparse(function.body[0]))
 
 
-def _checkers(tree: ast.Module, source: pathlib.Path) -> ast.Module:
-    """sgrad.course.checkers with what the edition's sgrad.course exports, and what that needs: the gradient
-    tools, and the exercise checkers as stand-ins.  The exercises' references and hints go."""
-    stand_ins = [_stand_in(statement) for statement in tree.body
-                 if isinstance(statement, ast.FunctionDef) and statement.name in STAND_INS]
-    body = [_borrowed(statement, tree, source) for statement in tree.body
-            if not (isinstance(statement, ast.FunctionDef) and statement.name in STAND_INS)] + stand_ins
-    body.insert(len(body) - len(stand_ins), ast.parse(f"STAND_IN_MESSAGE = {STAND_IN_MESSAGE!r}").body[0])
-    needed = set(IMPORTS["sgrad.course"])
+def _course_module(tree: ast.Module, module: str, source: pathlib.Path) -> ast.Module:
+    """A module of sgrad.course as the edition has it.  A helper it borrows from a module that the edition leaves
+    out is written into it (:func:`_borrowed`), and an import that nothing kept uses is dropped.  Of
+    sgrad.course.checkers the edition keeps the three checkers alone, as stand-ins, with what they need: its
+    dispatch to the exercises' modules goes, and those modules with it."""
+    body = [_borrowed(statement, tree, source) for statement in tree.body]
+    docstring: str | None
+    if module == CHECKERS:
+        checkers = [statement for statement in tree.body
+                    if isinstance(statement, ast.FunctionDef) and statement.name in STAND_INS]
+        body = [statement for statement in body if statement not in checkers]
+        body.append(ast.parse(f"STAND_IN_MESSAGE = {STAND_IN_MESSAGE!r}").body[0])
+        body += [_stand_in(checker) for checker in checkers]
+        needed, docstring = set(STAND_INS), CHECKERS_DOCSTRING
+    else:
+        needed, docstring = set().union(*map(_bound, body)), ast.get_docstring(tree, clean=False)
     grown = True
     while grown:  # the names that the kept statements use, until none is new
         size = len(needed)
@@ -241,7 +249,7 @@ def _checkers(tree: ast.Module, source: pathlib.Path) -> ast.Module:
             if not isinstance(statement, (ast.Import, ast.ImportFrom)) and _bound(statement) & needed:
                 needed |= {node.id for node in ast.walk(statement) if isinstance(node, ast.Name)}
         grown = len(needed) > size
-    kept: list[ast.stmt] = [ast.Expr(ast.Constant(CHECKERS_DOCSTRING))]
+    kept: list[ast.stmt] = [ast.Expr(ast.Constant(docstring))] if docstring else []
     for statement in body:
         if isinstance(statement, (ast.Import, ast.ImportFrom)):
             statement.names = [alias for alias in statement.names if _alias_name(alias) in needed]
@@ -252,11 +260,12 @@ def _checkers(tree: ast.Module, source: pathlib.Path) -> ast.Module:
     return ast.Module(body=kept, type_ignores=[])
 
 
-CHECKERS_DOCSTRING = """The homework edition's checkers: the numerical gradient tools, and stand-ins for the exercises'.
+CHECKERS = "sgrad.course.checkers"
+CHECKERS_DOCSTRING = """The homework edition's checkers: stand-ins that check nothing.
 
-``gradient_check(layer, x)`` compares ``layer.backward`` with central differences, as in sgrad.  The three
-exercise checkers check nothing here: each returns a CheckResult that says so, as ``sgrad grade`` checks
-the exercises itself, on inputs of its own, once the notebook has run.
+Each returns a CheckResult that says so, as ``sgrad grade`` checks the exercises itself, on inputs of its own,
+once the notebook has run.  The numerical gradient tools (``gradient_check``, ``numerical_gradient``,
+``relative_error``) work here as in sgrad.
 """
 
 
@@ -270,7 +279,7 @@ def _stand_in(checker: ast.FunctionDef) -> ast.FunctionDef:
 
 def _borrowed(statement: ast.stmt, tree: ast.Module, source: pathlib.Path) -> ast.stmt:
     """``name = module.function``, for a module of sgrad.course that the edition leaves out: that function's
-    own definition, under ``name`` (the checkers take a helper of the exercise runner so)."""
+    own definition, under ``name`` (the check reports take a helper of the exercise runner so)."""
     if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1
             and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Attribute)
             and isinstance(statement.value.value, ast.Name)):

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import checkers, definitions, exercise_runner, edition, ownwork, processes, sandbox
-from .checkers import CheckResult
+from .check_reports import CheckResult, one_line
 
 
 @dataclass(frozen=True)
@@ -163,7 +163,7 @@ def grade(path: pathlib.Path, *, timeout: int = TIMEOUT, memory: int = MEMORY, s
     results = [_verdict(exercise, answers[exercise.key], inputs[exercise.key], found, timeout)
                for exercise in EXERCISES]
     notes = run.notes + [f"The grader loaded the definitions only; it left out {place}" for place in loaded.left_out]
-    refused = [checkers._one_line(str(finding)) for finding in found.notebook]
+    refused = [one_line(str(finding)) for finding in found.notebook]
     return Grades(results, seed, sandboxed, run.errors, refused, notes, time.monotonic() - start)
 
 
@@ -338,7 +338,7 @@ def _record(line):
         record = exercise_runner.decode(json.loads(line))
         _check_shape(record)
     except (ValueError, TypeError, KeyError, RecursionError) as error:
-        return None, f"the check's answer could not be read ({checkers._one_line(error)})"
+        return None, f"the check's answer could not be read ({one_line(error)})"
     return record, ""
 
 
@@ -378,7 +378,7 @@ def _run_notebook(workspace, code, deadline, memory, sandboxed, timeout):
             # The kernel's own stdout and stderr carry its banner and log, never the notebook's output.
             manager.start_kernel(env=box.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         except Exception as error:  # jupyter_client raises what Popen and the provisioner raise
-            raise GradingError(f"could not start a python3 Jupyter kernel ({checkers._one_line(error)}); "
+            raise GradingError(f"could not start a python3 Jupyter kernel ({one_line(error)}); "
                                "install one with: pip install -e '.[notebooks]'") from None
         client = manager.client(context=context)
         client.start_channels(iopub=False, stdin=False, hb=False, control=False)
@@ -395,15 +395,15 @@ def _run_notebook(workspace, code, deadline, memory, sandboxed, timeout):
                 if not source.strip():
                     continue
                 reply = _execute(client, manager, source, deadline)
-                place = f"code cell {number} (`{checkers._one_line(_first_line(source), 60)}`)"
+                place = f"code cell {number} (`{one_line(_first_line(source), 60)}`)"
                 if reply is None:
                     ended = (f"it ran past --timeout {timeout} s" if time.monotonic() >= deadline else
                              "the kernel ran out of memory (--memory)" if box.out_of_memory() else "the kernel died")
                     run.notes.append(f"The notebook's run stopped in {place}: {ended}; the cells after it did not run.")
                     break
                 if reply.get("status") == "error":
-                    run.errors.append(f"{place}: {checkers._one_line(str(reply.get('ename')), 60)}: "
-                                      f"{checkers._one_line(str(reply.get('evalue')))}")
+                    run.errors.append(f"{place}: {one_line(str(reply.get('ename')), 60)}: "
+                                      f"{one_line(str(reply.get('evalue')))}")
         finally:
             client.stop_channels()
             box.kill()

@@ -86,7 +86,7 @@ class InputGenerator(Module):
 
     def predict(self, x: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĥ = I(x, c): (batch, output_dim), with no side effects."""
-        self._check(x, condition)
+        self.check_input(x, condition)
         return self.net.predict(self._join(x, condition))
 
     def forward(self, x: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
@@ -95,7 +95,7 @@ class InputGenerator(Module):
         x: (batch, input_dim) in the generator's dtype; condition: (batch, condition_dim), or None for an
         unconditioned generator.  A refused batch leaves everything as it was.
         """
-        self._check(x, condition)
+        self.check_input(x, condition)
         self.check_batch_size(x.shape[0], "x")
         joined = self._join(x, condition)
         self.synthetic_input = self.net.forward(joined)
@@ -124,7 +124,9 @@ class InputGenerator(Module):
         self._updated = True
         return loss
 
-    def _check(self, x, condition):
+    def check_input(self, x: np.ndarray, condition: np.ndarray | None) -> None:
+        """Refuse what :meth:`forward` refuses: an x that is not finite, (batch, input_dim) and in the generator's
+        dtype, or a condition that does not fit (see :func:`~sgrad.argument_checks.check_condition`)."""
         argument_checks.check_batch(x, "x", self.input_dim, width_name="the input generator's input_dim")
         if x.dtype != self.dtype:
             raise TypeError(f"x must have the input generator's dtype, {self.dtype}; got {x.dtype}. Pass "
@@ -167,7 +169,7 @@ def check_input_generators(layers: Sequence[Any], input_generators: Sequence[Any
         if generator.output_dim != block.output_dim:
             raise ValueError(f"input generator {k} predicts {generator.output_dim} features, but layer {k} gives "
                              f"h_{k} of {block.output_dim}; build it with output_dim={block.output_dim}")
-        generator._check(x, condition)
+        generator.check_input(x, condition)
         argument_checks.check_condition(condition, block.condition_dim, x.shape[0], f"layer {k}'s DNI")
     for module in (*layers, *input_generators):
         module.check_batch_size(x.shape[0], "x")

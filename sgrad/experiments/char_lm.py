@@ -41,7 +41,7 @@ from data_gen.text import encode, one_hot_ids, split_ids, stream_rows, vocabular
 
 from ..argument_checks import check_choice, check_integer, check_number
 from ..nn.losses import softmax_cross_entropy
-from ..recurrent.tbptt import tbptt_step
+from ..recurrent.tbptt import Sequences, SyntheticGradient, tbptt_step
 from ..training.batches import BatchOrder
 from ..training.loop import RunName, train_loop
 from ..training.settings import check_settings, learning_rates
@@ -68,7 +68,7 @@ class CharLMConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the generator's
         update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : γ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.recurrent.tbptt.tbptt_step`): below 1, a discount per window that bounds M's targets.
+        :class:`~sgrad.recurrent.tbptt.SyntheticGradient`): below 1, a discount per window that bounds M's targets.
     dtype : 'float32' or 'float64'.
     seed : fixes the initial weights (the same for both methods).
     """
@@ -152,7 +152,7 @@ def train_char_lm(method: str, text: str, config: CharLMConfig | None = None, *,
                          f"T={config.window} and its targets; use a longer text, a smaller batch_size, window or horizon")
     model = build_model(method, len(vocab), config)
     core, readout = model[0], model[1]
-    generator = model[2] if method == "dni" else None
+    synthetic = SyntheticGradient(model[2], config.generator_alpha, config.synthetic_scale) if method == "dni" else None
     chunk = config.window * (config.horizon or 1)  # the characters of one training step
     chunks_per_pass = (streams.shape[1] - 1) // chunk
     # What runs on from one step to the next: the state of every stream, the steps taken, M's losses.
@@ -164,10 +164,9 @@ def train_char_lm(method: str, text: str, config: CharLMConfig | None = None, *,
             carried["state"] = None
         x = one_hot_ids(streams[:, begin:begin + chunk], len(vocab), dtype=core.dtype)
         y = streams[:, begin + 1:begin + chunk + 1]
-        loss, carried["state"], generator_losses = tbptt_step(
-            core, readout, x, y, softmax_cross_entropy, config.alpha, window=config.window, state=carried["state"],
-            generator=generator, generator_alpha=config.generator_alpha, sequence_ends=config.horizon is not None,
-            synthetic_scale=config.synthetic_scale)
+        sequences = Sequences(x, y, state=carried["state"], sequence_ends=config.horizon is not None)
+        loss, carried["state"], generator_losses = tbptt_step(core, readout, sequences, softmax_cross_entropy,
+                                                              config.alpha, window=config.window, synthetic=synthetic)
         carried["chunks"] += 1
         carried["generator_losses"].extend(generator_losses)
         return loss
@@ -176,7 +175,7 @@ def train_char_lm(method: str, text: str, config: CharLMConfig | None = None, *,
         history["step"].append(step)
         history["train_bpc"].append(float(np.mean(losses)) / chunk / LN2)
         history["valid_bpc"].append(bits_per_character(model, valid_ids, len(vocab)))
-        if generator is not None:
+        if synthetic is not None:
             history["generator_loss"].append(float(np.mean(carried["generator_losses"]))
                                              if carried["generator_losses"] else None)
             carried["generator_losses"].clear()

@@ -41,7 +41,7 @@ from ..atomic_files import atomic_write_text
 from ..nn.losses import bce_with_logits
 from ..recurrent.boundary_targets import ONE_WINDOW, BoundaryTargets, LambdaReturn, NWindows, Untruncated
 from ..recurrent.eligibility_traces import BPLambda
-from ..recurrent.tbptt import tbptt_step
+from ..recurrent.tbptt import Sequences, SyntheticGradient, tbptt_step
 from ..training.batches import BatchOrder
 from ..training.cell_cache import CellCache
 from ..training.loop import RunName, run_and_report, train_loop
@@ -67,17 +67,17 @@ class RnnConfig:
     update_rule, alpha, generator_alpha : the core's, the readout's and the
         generator's update rule and learning rates (``generator_alpha=None``: alpha).
     synthetic_scale : γ, the weight of ĝ where it enters a window's backward (DNI; see
-        :func:`~sgrad.recurrent.tbptt.tbptt_step`): 1 is ĝ as it is, below 1 a discount per window.
+        :class:`~sgrad.recurrent.tbptt.SyntheticGradient`): 1 is ĝ as it is, below 1 a discount per window.
     generator_targets : what the DNI generator regresses onto: 'bootstrap' (the default, the method) or
         'true' (a teaching option: the untruncated gradient of the rest of the sequence at each boundary,
-        ``tbptt_step(..., targets=Untruncated())``; it backpropagates through every later step, so it shows how far
+        ``SyntheticGradient(..., targets=Untruncated())``; it backpropagates through every later step, so it shows how far
         a generator fed the future's exact gradient would carry the core, not a method that saves anything).
-    target_windows : n, the windows a DNI generator's bootstrapped target spans (``tbptt_step(...,
+    target_windows : n, the windows a DNI generator's bootstrapped target spans (``SyntheticGradient(...,
         targets=NWindows(n))``): 1 (the default) is the method; n > 1 (a teaching option between 'bootstrap' and
         'true') backpropagates the loss of n windows, then bootstraps with ĝ at their end, as n-step returns do
         in temporal-difference learning.  Only with generator_targets='bootstrap'.
     td_lambda : λ in [0, 1]: M regresses onto the λ-return, a λ-weighted mixture of every n-window target
-        (``tbptt_step(..., targets=LambdaReturn(λ))``, computed on copies); None (the default): the method's
+        (``SyntheticGradient(..., targets=LambdaReturn(λ))``, computed on copies); None (the default): the method's
         one-window targets.  λ = 0 is the method; λ = 1 the untruncated targets.
     traces : with td_lambda, learn the same online, with eligibility traces over M's parameters instead of
         targets on copies: accumulate BP(λ) (``targets=BPLambda(λ)``; costly for a wide state: each trace holds
@@ -230,15 +230,16 @@ def train_cell(task: str, method: str, window: int, config: RnnConfig | None = N
         targets = Untruncated()
     elif generator is not None and config.target_windows > 1:
         targets = NWindows(config.target_windows)
+    synthetic = None if generator is None else SyntheticGradient(generator, config.generator_alpha,
+                                                                 config.synthetic_scale, targets)
     # The loop's rng draws the sequences; a generated task has no training set for it to order, so the loop
     # is told of one example, taken once per step (its one-element "pass" draws nothing that matters).
     rng = np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2])
 
     def train_step(_indices, history):
         x, y, mask = draw_batch(task, history["curriculum"]["length"], config, rng)
-        loss, _, _ = tbptt_step(core, readout, x, y, bce_with_logits, config.alpha, window=min(window, x.shape[1]),
-                                generator=generator, generator_alpha=config.generator_alpha, mask=mask,
-                                synthetic_scale=config.synthetic_scale, targets=targets,
+        loss, _, _ = tbptt_step(core, readout, Sequences(x, y, mask), bce_with_logits, config.alpha,
+                                window=min(window, x.shape[1]), synthetic=synthetic,
                                 core_gradient="eprop" if config.core_traces else "bptt")
         return loss
 

@@ -12,7 +12,7 @@ from numpy.typing import DTypeLike
 
 from .. import argument_checks
 from . import fast_kernels, kernels
-from .module import Module
+from .module import Module, step_in_place
 from .optimizers import UpdateRule, get_update_rule
 
 
@@ -24,6 +24,8 @@ class BatchNorm(Module):
     (PyTorch's convention).  ``training`` selects the mode: set it with
     :meth:`train` and :meth:`eval`.
     """
+
+    backward_needs: tuple[str, ...] = ("_cache",)
 
     def __init__(self, features: int, *, momentum: float = 0.1, eps: float = 1e-5,
                  update_rule: str | UpdateRule | None = None, dtype: DTypeLike = np.float64) -> None:
@@ -75,9 +77,7 @@ class BatchNorm(Module):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate dL/d(output); stores dL/dgamma and dL/dbeta, returns dL/dx (None if not ``input_delta``)."""
-        if self._cache is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
-        x_hat, inv_std, training = self._cache
+        x_hat, inv_std, training = self.forward_cache()[0]
         argument_checks.check_same_shape(output_delta, "output_delta", x_hat, "the last output")
         backward = fast_kernels.batchnorm_backward if training else kernels.batchnorm_eval_backward
         dx, dgamma, dbeta = backward(output_delta, x_hat, inv_std, self.gamma)
@@ -90,7 +90,7 @@ class BatchNorm(Module):
             raise ValueError("update() needs gradients; call backward(output_delta) after forward(x) first")
         alpha = argument_checks.check_learning_rate(alpha)
         for name, param in self.own_parameters().items():
-            self.update_rule.step(param, self.gradients[name], self.update_state[name], alpha)
+            step_in_place(self.update_rule, param, self.gradients[name], self.update_state[name], alpha)
         self.gradients = {}
 
     def _normalise_with_running_statistics(self, x):

@@ -31,6 +31,8 @@ class Activation(NothingToLearn):
     :class:`~sgrad.nn.conv.Activation2d` is the same on feature maps: it checks its input as maps.
     """
 
+    backward_needs = ("output",)
+
     def __init__(self, nonlin: str | Callable[[np.ndarray], np.ndarray],
                  nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
@@ -51,10 +53,9 @@ class Activation(NothingToLearn):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """``dL/dx = dL/dh * f'(x)``, with f' computed from the output h, as in the blog's pairs."""
-        if self.output is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
-        argument_checks.check_same_shape(output_delta, "output_delta", self.output, "the last output")
-        return output_delta * self.nonlin_deriv(self.output) if input_delta else None
+        [output] = self.forward_cache()
+        argument_checks.check_same_shape(output_delta, "output_delta", output, "the last output")
+        return output_delta * self.nonlin_deriv(output) if input_delta else None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.nonlin.__name__!r})"
@@ -110,7 +111,7 @@ class Sequential(Module):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None."""
-        self.check_not_stale("backward()", "forward(input)")
+        self.forward_cache("backward()", "forward(input)")  # its modules keep the caches: this refuses a stale step
         delta: np.ndarray | None = output_delta
         for module in reversed(self.modules[1:]):
             delta = module.backward(delta)

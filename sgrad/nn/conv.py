@@ -95,6 +95,8 @@ class Conv2d(WeightsAndBias):
     bias_grad : dL/db from the last backward
     """
 
+    backward_needs = ("input", "output", "columns")
+
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], *, stride: int = 1,
                  padding: int = 0, bias: bool = True, init: str = "he", update_rule: str | UpdateRule | None = None,
                  seed: argument_checks.Seed = None, rng: np.random.Generator | None = None,
@@ -144,18 +146,16 @@ class Conv2d(WeightsAndBias):
         Stores ``weights_grad`` and ``bias_grad`` (summed over the batch) and returns
         dL/dx: (batch, in_channels, height, width), or None with ``input_delta=False``.
         """
-        if self.output is None or self.input is None or self.columns is None:
-            raise ValueError("backward() needs the output of a forward pass; call forward(x) first")
-        self.check_not_stale("backward()", "forward(x)")
-        argument_checks.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
+        x, z, columns = self.forward_cache()
+        argument_checks.check_same_shape(output_delta, "output_delta", z, "this layer's last output")
         input_delta = argument_checks.check_bool(input_delta, "input_delta")
         _, self.weights_grad, self.bias_grad = kernels.conv2d_backward(
-            output_delta, self.columns, self.input.shape, self.weights, self.stride, self.padding,
-            self.bias is not None, input_delta=False)
+            output_delta, columns, x.shape, self.weights, self.stride, self.padding, self.bias is not None,
+            input_delta=False)
         if not input_delta:
             return None
         # dL/dx as kernels.conv2d_backward defines it, offset by offset (faster: see sgrad.nn.fast_kernels)
-        return fast_kernels.conv2d_input_delta(output_delta, self.input.shape, self.weights, self.stride, self.padding)
+        return fast_kernels.conv2d_input_delta(output_delta, x.shape, self.weights, self.stride, self.padding)
 
     def __repr__(self) -> str:
         return (f"Conv2d({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -171,6 +171,8 @@ class MaxPool2d(NothingToLearn):
     The maths is :func:`sgrad.nn.kernels.maxpool2d_forward` and its backward; this module runs their
     twins in :mod:`sgrad.nn.fast_kernels`, which take the maxima offset by offset (many times faster).
     """
+
+    backward_needs = ("input", "output")
 
     def __init__(self, kernel_size: int | tuple[int, int], *, stride: int | None = None, padding: int = 0) -> None:
         self.kernel_size = _kernel_pair(kernel_size)
@@ -204,13 +206,11 @@ class MaxPool2d(NothingToLearn):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """dL/dx: (batch, channels, height, width), each window's gradient on its maximum."""
-        if self.output is None or self.input is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
-        argument_checks.check_same_shape(output_delta, "output_delta", self.output, "the last output")
+        x, output = self.forward_cache()
+        argument_checks.check_same_shape(output_delta, "output_delta", output, "the last output")
         if not argument_checks.check_bool(input_delta, "input_delta"):
             return None
-        return fast_kernels.maxpool2d_backward(output_delta, self.input, self.output, self.kernel_size, self.stride,
-                                               self.padding)
+        return fast_kernels.maxpool2d_backward(output_delta, x, output, self.kernel_size, self.stride, self.padding)
 
     def __repr__(self) -> str:
         return f"MaxPool2d(kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding})"
@@ -225,6 +225,8 @@ class BatchNorm2d(BatchNorm):
     ``gamma``, ``beta`` and the running statistics are (channels,).  In training mode a channel
     needs at least 2 values, so a single example is fine as long as its maps have 2 pixels.
     """
+
+    backward_needs = (*BatchNorm.backward_needs, "output")  # BatchNorm's backward reads its own first
 
     def __init__(self, channels: int, **options: Any) -> None:
         super().__init__(argument_checks.check_integer(channels, "channels"), **options)
@@ -251,11 +253,10 @@ class BatchNorm2d(BatchNorm):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """dL/dx: (batch, channels, height, width); stores dL/dgamma and dL/dbeta (None if not ``input_delta``)."""
-        if self.output is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
-        argument_checks.check_same_shape(output_delta, "output_delta", self.output, "the last output")
+        _, output = self.forward_cache()
+        argument_checks.check_same_shape(output_delta, "output_delta", output, "the last output")
         delta = super().backward(_as_rows(output_delta), input_delta=input_delta)
-        return None if delta is None else _as_maps(delta, self.output.shape)
+        return None if delta is None else _as_maps(delta, output.shape)
 
     def __repr__(self) -> str:
         return f"BatchNorm2d({self.input_dim}, training={self.training})"
@@ -287,6 +288,8 @@ class Flatten(NothingToLearn):
     The rows are in PyTorch's order (``torch.flatten(x, 1)``).  No parameters.
     """
 
+    backward_needs = ("input_shape",)
+
     def __init__(self, shape: tuple[int, int, int]) -> None:
         if not isinstance(shape, (tuple, list)) or len(shape) != 3:
             raise ValueError(f"shape must be (channels, height, width) of the maps to flatten, e.g. (64, 7, 7); "
@@ -314,13 +317,12 @@ class Flatten(NothingToLearn):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """The rows' gradient (batch, channels height width) as maps (batch, channels, height, width)."""
-        if self.input_shape is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
+        [input_shape] = self.forward_cache()
         argument_checks.check_batch(output_delta, "output_delta", self.output_dim, width_name="this Flatten's output_dim")
-        if output_delta.shape[0] != self.input_shape[0]:
-            raise ValueError(f"output_delta must have one row per example of the last input, {self.input_shape[0]}; "
+        if output_delta.shape[0] != input_shape[0]:
+            raise ValueError(f"output_delta must have one row per example of the last input, {input_shape[0]}; "
                              f"got {output_delta.shape[0]}")
-        return output_delta.reshape(self.input_shape) if argument_checks.check_bool(input_delta, "input_delta") else None
+        return output_delta.reshape(input_shape) if argument_checks.check_bool(input_delta, "input_delta") else None
 
     def __repr__(self) -> str:
         return f"Flatten({self.shape})"

@@ -53,6 +53,8 @@ class Layer(WeightsAndBias):
     bias_grad : dL/dbias from the last backward
     """
 
+    backward_needs = ("input", "output")
+
     def __init__(self, input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray],
                  nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None, *, bias: bool = True,
                  init: str | np.ndarray = "xavier", update_rule: str | UpdateRule | None = None,
@@ -98,12 +100,10 @@ class Layer(WeightsAndBias):
         ``input_delta=False`` skips the input delta (a third of the layer's matrix
         work) and returns None: for a layer whose input is data.
         """
-        if self.output is None or self.input is None:
-            raise ValueError("backward() needs the output of a forward pass; call forward(input) first")
-        self.check_not_stale("backward()", "forward(input)")
-        argument_checks.check_same_shape(output_delta, "output_delta", self.output, "this layer's last output")
+        input, output = self.forward_cache("backward()", "forward(input)")
+        argument_checks.check_same_shape(output_delta, "output_delta", output, "this layer's last output")
         delta, self.weights_grad, self.bias_grad, self.weight_output_delta = kernels.dense_backward(
-            output_delta, self.input, self.output, self.weights, self.nonlin_deriv, self.bias is not None,
+            output_delta, input, output, self.weights, self.nonlin_deriv, self.bias is not None,
             input_delta)
         return delta
 

@@ -14,14 +14,14 @@ A container lists its children in :meth:`Module.children`; :meth:`Module.submodu
 walks the tree.  That one walk serves ``train``/``eval``, the batch-size rule
 of batch norm, checkpoints, the benchmarks, and two operations on a whole tree:
 
-- :func:`restored_on_error`: a step that fails puts back every module's attributes and buffers (the DNI
-  step's guarantee: it refuses bad input before its first ``update``, so a refused step changes nothing;
-  parameters an ``update`` already moved in place stay moved);
+- :func:`restored_on_error`: a step that fails puts back every module as it was, its attributes, buffers,
+  parameters and update-rule states (the DNI step's guarantee: a refused or failed step changes nothing);
 - :func:`running_averages_kept`: a forward pass that only rebuilds what backward needs leaves the running
   averages as they were.
 """
 
 import contextlib
+import contextvars
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,6 +35,9 @@ class Module:
     """Base of sgrad's modules: the tree, the mode, and the arrays a module owns."""
 
     training: bool = True
+    # The attributes in which forward() keeps what backward() needs, each None until the first forward pass;
+    # a subclass adds its own after its parent's, whose backward reads them by place.
+    backward_needs: tuple[str, ...] = ()
     _stale: bool = False  # set by a module's update(): its last forward pass used the parameters from before the step
     # The update rule's state of each own parameter, by name (Adam's moments, for one): see sgrad.nn.optimizers.
     update_state: dict[str, dict[str, Any]]
@@ -82,15 +85,20 @@ class Module:
                 f"{name} has {rows} row, but batch norm in training mode needs a batch of at least {needed} rows; "
                 "use eval() for single examples (training mode normalises with the batch's own statistics)")
 
-    def check_not_stale(self, method: str = "backward()", call: str = "forward(x)") -> None:
-        """Refuse ``method`` once ``update()`` has moved the parameters that the last forward pass used.
+    def forward_cache(self, method: str = "backward()", call: str = "forward(x)") -> tuple[Any, ...]:
+        """What the last forward pass kept for ``method`` (a pass back through it): :attr:`backward_needs`'s values.
 
-        The second half of every backward pass's guard, written once (the first, a forward pass to go back
-        through, checks each module's own cache).  ``call`` is the forward pass to run again.
+        Every backward pass's guard, written once: ``method`` is refused before any forward pass (one of
+        :attr:`backward_needs` is still None), and once ``update()`` has moved the parameters that the last
+        forward pass used.  ``call`` is the forward pass to run (again) first.
         """
+        cache = tuple(getattr(self, name) for name in self.backward_needs)
+        if any(value is None for value in cache):
+            raise ValueError(f"{method} needs a forward pass first; call {call} first")
         if self._stale:
             raise ValueError(f"{method} after update(): the last forward pass used the old weights; "
                              f"call {call} again first")
+        return cache
 
     def train(self, mode: bool = True) -> "Module":
         """Set training mode (``mode=True``) or evaluation mode on this module and everything inside it."""
@@ -120,7 +128,8 @@ class OwnParameters(Module):
     Each parameter ``name`` of :meth:`own_parameters` has its gradient ``name_grad`` (``weights_grad``,
     ``bias_grad``, ...): set by the module's ``backward``, None before it and once :meth:`update` has used it.
     The constructor calls ``_start_learning`` once the parameters exist; ``backward`` refuses to run once
-    ``update`` has stepped (:meth:`Module.check_not_stale`): the last forward pass used the weights from before it.
+    ``update`` has stepped (:meth:`Module.forward_cache`): the last forward pass used the weights from
+    before it.
     """
 
     update_rule: Any
@@ -152,7 +161,7 @@ class OwnParameters(Module):
                              "first")
         alpha = argument_checks.check_learning_rate(alpha)
         for (name, param), gradient in zip(params.items(), gradients):
-            self.update_rule.step(param, gradient, self.update_state[name], alpha)
+            step_in_place(self.update_rule, param, gradient, self.update_state[name], alpha)
             setattr(self, name + "_grad", None)
         self._stale = True
 
@@ -176,27 +185,56 @@ class WeightsAndBias(OwnParameters):
 # --- operations on a whole tree -----------------------------------------------------------------------
 
 
+# What the restored_on_error bodies running in this thread have stepped in place, in order: (array, its values
+# before the step).  None outside any body; a body inside another shares the outer one's, from where it began.
+_journal: contextvars.ContextVar[list[tuple[np.ndarray, np.ndarray]] | None] = contextvars.ContextVar(
+    "sgrad_journal", default=None)
+
+
 @contextlib.contextmanager
 def restored_on_error(*trees: Any) -> Iterator[None]:
-    """Run the body; if it raises, put every module of ``trees`` back as it was before, then let the error go on.
+    """Run the body as one transaction: if it raises, put every module of ``trees`` back as it was, and re-raise.
 
     Every module of the trees (:meth:`Module.submodules`; a user's object with the module interface counts as
     one) gets each attribute bound again to what it held, which restores its caches (input, output, ĝ, flags),
-    and each buffer (batch norm's running statistics, which a forward pass changes in place) its values.  The
-    snapshot is cheap (references, and copies of the small buffers), so a step can take one every time.  Not
-    restored: arrays that are not buffers but were changed in place, i.e. parameters and update-rule states
-    that an ``update`` has moved.  So a body that refuses bad input before its first ``update`` leaves nothing
-    changed.
+    and each buffer (batch norm's running statistics, which a forward pass changes in place) its values.  Every
+    array that an ``update`` of sgrad's modules stepped in place in the body (:func:`step_in_place`: the
+    parameters and their update rule's state, Adam's moments and step count) gets its values back too, so an
+    update that fails half-way, some parameters stepped and some not, leaves none stepped.  Those are copied
+    when they are about to be stepped, so a body that steps nothing copies none.  Not restored: arrays
+    changed in place by other code, such as a user's object's own update or a body that writes into a
+    parameter itself.
     """
     snapshot = [(module, dict(vars(module)), _buffer_copies(module)) for module in _each_module(trees)]
+    journal, token = _journal.get(), None
+    if journal is None:  # the outermost body
+        journal = []
+        token = _journal.set(journal)
+    start = len(journal)
     try:
         yield
     except BaseException:
+        _put_back(journal[start:][::-1])  # the newest first, so that each array ends as it was before its first step
+        del journal[start:]
         for module, attributes, buffers in snapshot:
             vars(module).clear()
             vars(module).update(attributes)
             _put_back(buffers)
         raise
+    finally:
+        if token is not None:
+            _journal.reset(token)
+
+
+def step_in_place(rule: Any, param: np.ndarray, gradient: np.ndarray, state: dict[str, Any], alpha: float) -> None:
+    """``rule.step(param, gradient, state, alpha)``: one update-rule step of ``param`` and ``state``, in place.
+
+    Inside :func:`restored_on_error` the arrays' values are kept first, so that a failure can put them back.
+    """
+    journal = _journal.get()
+    if journal is not None:
+        journal.extend((array, array.copy()) for array in (param, *state.values()) if isinstance(array, np.ndarray))
+    rule.step(param, gradient, state, alpha)
 
 
 @contextlib.contextmanager
@@ -227,6 +265,7 @@ def _buffer_copies(module: Any) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(array, array.copy()) for array in module.buffers().values()] if isinstance(module, Module) else []
 
 
-def _put_back(buffer_copies: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    for array, before in buffer_copies:
+def _put_back(copies: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Write each copy back into its array, in order."""
+    for array, before in copies:
         array[...] = before

@@ -4,7 +4,7 @@ calls once per boundary s_k.
 M(s_k) stands in for the gradient that the steps after s_k send back.  Each strategy gives it a target,
 from the boundary's :class:`~sgrad.recurrent.tbptt.Boundary` (the modules before they step, the sequence from s_k on,
 and δ_k, the gradient that reached s_k in the window's own backward), with γ the weight of ĝ where it
-enters a backward (``synthetic_scale``):
+enters a backward (:class:`~sgrad.recurrent.tbptt.SyntheticGradient`'s ``synthetic_scale``):
 
 - :data:`ONE_WINDOW`, the method: δ_k = the window's loss and γ ĝ_{k+1} backpropagated to s_k, a bootstrapped
   target, as one-step temporal-difference learning has;
@@ -54,7 +54,7 @@ class NWindows(BoundaryTargets):
     """G_k^(n): the loss of the n windows from s_k and γ M(s_{k+n}) at their end, backpropagated to s_k.
 
     n = 1 is δ_k.  Where the n windows reach the batch's end, M(s_{k+n}) is there only if the sequence goes
-    on (``sequence_ends=False``); with it ending, an n that reaches the end gives the untruncated gradient.
+    on (``Sequences(..., sequence_ends=False)``); with it ending, an n that reaches the end gives the untruncated gradient.
     """
 
     def __init__(self, n: int) -> None:

@@ -97,9 +97,7 @@ def _check(core, d_outputs, d_last_state):
     if not isinstance(core, LSTM):
         raise TypeError(f"e-prop's eligibility traces are written for sgrad.recurrent.layers.LSTM (its gates i, f, g, o and "
                         f"cell c); got {type(core).__name__}. Use core.backward for other cores")
-    if core.outputs is None or core.input is None:
-        raise ValueError("eprop_backward() needs a forward pass first; call core.forward(x, state)")
-    core.check_not_stale("eprop_backward()", "core.forward(x, state)")
+    core.forward_cache("eprop_backward()", "core.forward(x, state)")
     check_sequence(d_outputs, "d_outputs (L^h_t, dE_t/dh_t)", core.hidden_dim,
                    width_name="the core's hidden_dim")
     if d_outputs.shape != core.outputs.shape:

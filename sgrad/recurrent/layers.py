@@ -105,6 +105,7 @@ class Recurrent(OwnParameters):
     """
 
     gates = 1
+    backward_needs = ("input", "hidden_states", "outputs", "last_state")
     _calls_before_update = "backward(d_outputs, d_last_state) after forward(x, state)"
     weights_x_grad: np.ndarray | None
     weights_h_grad: np.ndarray | None
@@ -180,27 +181,25 @@ class Recurrent(OwnParameters):
         x that is data: a matrix product per step saved).  Stores the parameter
         gradients, summed over the steps; nothing is averaged here.
         """
-        if self.outputs is None or self.last_state is None or self.hidden_states is None or self.input is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x, state)")
-        self.check_not_stale("backward()", "forward(x, state)")
+        x, hidden_states, outputs, last_state = self.forward_cache("backward()", "forward(x, state)")
         check_sequence(d_outputs, "d_outputs", self.hidden_dim, width_name="this layer's hidden_dim")
-        if d_outputs.shape != self.outputs.shape:
-            raise ValueError(f"d_outputs must have the shape of the last outputs, {self.outputs.shape} "
+        if d_outputs.shape != outputs.shape:
+            raise ValueError(f"d_outputs must have the shape of the last outputs, {outputs.shape} "
                              f"(batch, time, hidden_dim); got shape {d_outputs.shape}")
         if d_last_state is not None:
-            argument_checks.check_same_shape(d_last_state, "d_last_state", self.last_state, "the last state")
+            argument_checks.check_same_shape(d_last_state, "d_last_state", last_state, "the last state")
         input_delta = argument_checks.check_bool(input_delta, "input_delta")
         dz, d_state = self._back_through_time(d_outputs, d_last_state)
         # The same W_x, W_h and b serve every step, so their gradients are sums over the steps:
         # with the steps stacked as rows, z = [x_t] W_x + [h_{t-1}] W_h + b is one linear map.
         batch, time, _ = dz.shape
         dz = dz.reshape(batch * time, -1)
-        x_rows = self.input.reshape(batch * time, self.input_dim)
-        h_rows = self.hidden_states[:, :-1].reshape(batch * time, self.hidden_dim)
+        x_rows = x.reshape(batch * time, self.input_dim)
+        h_rows = hidden_states[:, :-1].reshape(batch * time, self.hidden_dim)
         d_x, self.weights_x_grad, self.bias_grad = kernels.linear_backward(dz, x_rows, self.weights_x, True,
                                                                            input_delta)
         _, self.weights_h_grad, _ = kernels.linear_backward(dz, h_rows, self.weights_h, False, False)
-        return (None if d_x is None else d_x.reshape(self.input.shape)), d_state
+        return (None if d_x is None else d_x.reshape(x.shape)), d_state
 
     def _check_window(self, x, state):
         check_sequence(x, "x", self.input_dim, width_name="this layer's input_dim")
