@@ -227,6 +227,27 @@ def performance_targets(_: str) -> str:
     return "\n".join(lines)
 
 
+@table("layer-step")
+def layer_step(_: str) -> str:
+    record = read_json("docs/performance/layer_step.json")
+    lines = ["| threads | step | time | / PyTorch | rounds' range |", "|---:|---|---:|---:|---|"]
+    for threads, run in record["threads"].items():
+        for name, milliseconds in run["ms"].items():
+            if name in run["ratio"]:
+                low, high = run["ratio range"][name]
+                lines.append(row(threads, name, f"{milliseconds:.2f} ms", f"{run['ratio'][name]:.2f}×",
+                                 f"{low:.2f}–{high:.2f}"))
+            else:
+                lines.append(row(threads, name, f"{milliseconds:.2f} ms", "", ""))
+    met = all(run["ratio"][record["targeted"]] <= record["target"] for run in record["threads"].values())
+    lines += ["", f"Target: {record['targeted']} ≤ {record['target']}× PyTorch's at every thread count: "
+              f"{'met' if met else 'missed'}.  `{record['command']}` on {record['date']}: {record['machine']}; "
+              f"numpy {record['numpy']}, PyTorch {record['torch']}; {record['rounds']} rounds of "
+              f"{record['steps per round']} steps; load average {record['load'][0]:.2f} before, "
+              f"{record['load'][1]:.2f} after."]
+    return "\n".join(lines)
+
+
 # --- parallel workers --------------------------------------------------------------------------------
 
 

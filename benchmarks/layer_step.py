@@ -1,0 +1,217 @@
+"""Benchmark: the blog-style ``Layer`` MLP step against PyTorch, at one BLAS thread and at two, in alternating rounds.
+
+The step is the one a student writes from the blog post with :class:`sgrad.Layer` (784-256-256-10, ReLU,
+float32, batch 256, softmax cross-entropy averaged over the batch, plain SGD at 0.01)::
+
+    h1 = layer_1.forward(x); h2 = layer_2.forward(h1); logits = layer_3.forward(h2)
+    loss, delta = softmax_cross_entropy(logits, labels)
+    layer_1.backward(layer_2.backward(layer_3.backward(delta)), input_delta=False)
+    for layer in layers: layer.update(0.01)
+
+``input_delta=False`` on the bottom layer: its input is data, so nothing needs dL/dx, and PyTorch's autograd
+skips it too.  The rows: :func:`sgrad.nn.fast_mlp_step.sgd_step`, the same step in one function; the plain
+loop above; and the loop as the blog writes it, which computes the bottom layer's input delta anyway.
+PyTorch runs ``nn.Sequential`` of the same layers, ``F.cross_entropy`` and ``optim.SGD`` in CPU eager mode.
+Before timing, both sides start from the same weights and take one step, and their losses and weights after it
+are compared.
+
+Threads: one child process per thread count (``OPENBLAS_NUM_THREADS`` is read once, when NumPy loads;
+``torch.set_num_threads`` gets the same number).  The parent drives the children round by round, one thread
+count after the other, and each round times every candidate in turn, so a slow stretch of a shared machine
+hits them alike.  Each ratio is the median over rounds of the ratio within a round.
+
+Run:  python benchmarks/layer_step.py [--threads 1 2] [--rounds 15] [--out docs/performance/layer_step.json]
+PyTorch must be importable (``pip install torch``: optional, sgrad never imports it).  Exit status 0 if
+:func:`sgrad.nn.fast_mlp_step.sgd_step` (the loop above in one function, tested against it) is within the target
+(0.9 times PyTorch's) at every thread count.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+TARGET = 0.9  # sgrad's step time over PyTorch's
+BATCH, WIDTHS, LEARNING_RATE = 256, (784, 256, 256, 10), 0.01
+CANDIDATES = ("sgrad, fast_mlp_step.sgd_step", "sgrad, the plain loop", "sgrad, as the blog writes it", "PyTorch")
+TARGETED = CANDIDATES[0]
+
+
+def build(seed=0):
+    """``{candidate: step}`` on one batch of random data, and the one-step agreement of sgrad and PyTorch."""
+    import numpy as np
+    import torch
+
+    from sgrad import Layer
+    from sgrad.nn.fast_mlp_step import sgd_step
+    from sgrad.nn.losses import softmax_cross_entropy
+
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((BATCH, WIDTHS[0])).astype(np.float32)
+    labels = rng.integers(0, WIDTHS[-1], BATCH)
+
+    def layers():
+        kinds = ["relu"] * (len(WIDTHS) - 2) + ["identity"]
+        return [Layer(fan_in, fan_out, kind, init="pytorch", seed=seed + k, dtype=np.float32)
+                for k, (fan_in, fan_out, kind) in enumerate(zip(WIDTHS[:-1], WIDTHS[1:], kinds))]
+
+    def sgrad_step(stack, bottom_delta):
+        def step():
+            h = x
+            for layer in stack:
+                h = layer.forward(h)
+            loss, delta = softmax_cross_entropy(h, labels)
+            for layer in stack[:0:-1]:
+                delta = layer.backward(delta)
+            stack[0].backward(delta, input_delta=bottom_delta)
+            for layer in stack:
+                layer.update(LEARNING_RATE)
+            return loss
+        return step
+
+    def torch_step(stack):
+        modules = []
+        for layer in stack:
+            linear = torch.nn.Linear(layer.input_dim, layer.output_dim)
+            with torch.no_grad():
+                linear.weight.copy_(torch.from_numpy(layer.weights.T.copy()))
+                linear.bias.copy_(torch.from_numpy(layer.bias))
+            modules += [linear, torch.nn.ReLU()]
+        net = torch.nn.Sequential(*modules[:-1])
+        optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
+        x_t, labels_t = torch.from_numpy(x), torch.from_numpy(labels)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(net(x_t), labels_t)
+            loss.backward()
+            optimizer.step()
+            return float(loss.detach())
+        return step, net
+
+    def fast_step(stack):
+        return lambda: sgd_step(stack, x, labels, LEARNING_RATE)
+
+    stack = layers()
+    theirs, net = torch_step(stack)
+    ours = fast_step(stack)
+    loss_gap = abs(ours() - theirs())
+    linears = [module for module in net if isinstance(module, torch.nn.Linear)]
+    weight_gap = max(float(np.max(np.abs(layer.weights - linear.weight.detach().numpy().T)))
+                     for layer, linear in zip(stack, linears))
+    steps = {TARGETED: ours, "sgrad, the plain loop": sgrad_step(layers(), False),
+             "sgrad, as the blog writes it": sgrad_step(layers(), True), "PyTorch": theirs}
+    return steps, {"loss difference": loss_gap, "largest weight difference": weight_gap}
+
+
+def child(threads):
+    """Serve rounds on stdin/stdout: a line with a step count in, a JSON line of seconds per step out."""
+    import torch
+    torch.set_num_threads(threads)
+    steps, agreement = build()
+    for step in steps.values():  # warm up: first calls allocate and load kernels
+        for _ in range(3):
+            step()
+    print(json.dumps(agreement), flush=True)
+    for line in sys.stdin:
+        count = int(line)
+        times = {}
+        for name, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(count):
+                step()
+            times[name] = (time.perf_counter() - start) / count
+        print(json.dumps(times), flush=True)
+
+
+def start_child(threads):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    process = subprocess.Popen([sys.executable, __file__, "--child", str(threads)], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True, env=env)
+    line = process.stdout.readline()
+    if not line:
+        process.wait()
+        raise SystemExit(f"layer_step: the {threads}-thread process stopped before its first round "
+                         f"(exit {process.returncode}); is PyTorch installed in this environment?")
+    return process, json.loads(line)
+
+
+def measure(thread_counts, rounds, steps):
+    """``{threads: row}``, the children driven round by round in turn."""
+    children, rows = {}, {}
+    try:
+        for threads in thread_counts:
+            children[threads], rows[threads] = start_child(threads)
+            rows[threads] = {"agreement": rows[threads], "samples": {name: [] for name in CANDIDATES}}
+        for _ in range(rounds):
+            for threads, process in children.items():
+                process.stdin.write(f"{steps}\n")
+                process.stdin.flush()
+                for name, seconds in json.loads(process.stdout.readline()).items():
+                    rows[threads]["samples"][name].append(seconds)
+    finally:
+        for process in children.values():
+            process.stdin.close()
+            process.wait()
+    for row in rows.values():
+        samples = row["samples"]
+        row["ms"] = {name: 1e3 * statistics.median(values) for name, values in samples.items()}
+        for name in CANDIDATES[:-1]:
+            ratios = [a / b for a, b in zip(samples[name], samples["PyTorch"])]
+            row.setdefault("ratio", {})[name] = statistics.median(ratios)
+            row.setdefault("ratio range", {})[name] = (min(ratios), max(ratios))
+    return rows
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--steps", type=int, default=20, help="steps per candidate in each round")
+    parser.add_argument("--out", type=pathlib.Path, help="write the run's record (JSON) here")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        return child(args.child)
+    try:
+        import numpy as np
+        import torch
+    except ImportError as error:
+        raise SystemExit(f"layer_step: PyTorch is the benchmark's peer and is not importable here ({error}); "
+                         "install it in this environment (pip install torch)") from None
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    from machine import describe
+    load_before = os.getloadavg()[0]
+    rows = measure(args.threads, args.rounds, args.steps)
+    command = "python benchmarks/layer_step.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    record = {"command": command.strip(), "machine": describe(), "numpy": np.__version__, "torch": torch.__version__,
+              "date": time.strftime("%Y-%m-%d"), "load": [load_before, os.getloadavg()[0]], "batch": BATCH,
+              "widths": WIDTHS, "rounds": args.rounds, "steps per round": args.steps, "target": TARGET,
+              "targeted": TARGETED, "threads": {str(k): v for k, v in rows.items()}}
+    print(record["machine"], f"numpy {record['numpy']}, PyTorch {record['torch']}")
+    within = True
+    for threads, row in rows.items():
+        agreement = row["agreement"]
+        print(f"{threads} thread(s): one step from the same weights: |loss difference| "
+              f"{agreement['loss difference']:.1e}, largest weight difference {agreement['largest weight difference']:.1e}")
+        for name in CANDIDATES:
+            line = f"  {name:32s} {row['ms'][name]:6.2f} ms"
+            if name != "PyTorch":
+                low, high = row["ratio range"][name]
+                line += f"   / PyTorch {row['ratio'][name]:.2f} (rounds {low:.2f} to {high:.2f})"
+            print(line)
+        met = row["ratio"][TARGETED] <= TARGET
+        within = within and met
+        print(f"  target sgrad / PyTorch <= {TARGET}: {'met' if met else 'missed'}")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(record, indent=1) + "\n")
+    return 0 if within else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
