@@ -214,6 +214,12 @@ class Decoupled:
             self.regress_late(through=t, newest=t)
 
 
+def synthetic_input(worker: Any, I_k: Any, x: np.ndarray, condition: np.ndarray | None) -> np.ndarray:
+    """Line 1 of the complete unlock: a layer's synthetic input ĥ_k = I_k(x, c), (batch, width)."""
+    with worker.timeline.record("synthetic input"):
+        return I_k.forward(x, condition)
+
+
 class CompleteUnlock:
     """The complete unlock: every layer above the bottom steps on its synthetic input ĥ = I(x, c), every block on ĝ.
 
@@ -232,8 +238,7 @@ class CompleteUnlock:
         if not w.is_bottom:
             self.regress_inputs_late(through=t - 1 - w.plan.staleness, newest=t - 1)
             self.batches[t] = (x, condition)
-        with w.timeline.record("synthetic input"):
-            inputs = [x if I_k is None else I_k.forward(x, condition) for I_k in w.input_generators]  # 1. ĥ = I(x, c)
+        inputs = [x if I_k is None else synthetic_input(w, I_k, x, condition) for I_k in w.input_generators]
         with w.timeline.record("forward"):
             hs = [block.forward(h_in) for block, h_in in zip(w.blocks, inputs)]  # 2. h_k = f_k(ĥ_{k-1}), ...
         if w.is_top:
