@@ -44,7 +44,8 @@ class ParallelRun:
         wall-clock seconds at each evaluation) and ``wall_time`` (in all; both count from the
         driver's start, plus, on a resumed run, the time before its checkpoint).
     timeline : every worker's recorded events (:mod:`sgrad.parallel.timeline`).
-    stale_targets : DNI: ``{s: how many generator targets came s steps late}``.
+    stale_targets : DNI and the complete unlock: ``{s: how many generator targets came s steps late}`` (the input
+        generators' targets too).
     """
 
     history: dict[str, Any]

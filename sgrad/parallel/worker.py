@@ -95,7 +95,7 @@ class Worker:
         self.input_generators = list(input_generators or [])
         # What the worker trains, and reports at a checkpoint: its layers, then its input generators.
         self.modules = self.layers + [I_k for I_k in self.input_generators if I_k is not None]
-        self.stale_targets: dict[int, int] = {}  # DNI: how many targets came this many steps late
+        self.stale_targets: dict[int, int] = {}  # DNI, complete unlock: how many targets came this many steps late
         self.step = plan.start
 
     def run(self, source: Source, send: Callable[[int, Message], Any], report: Callable[[Report], Any]) -> None:
