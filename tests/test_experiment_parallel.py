@@ -117,17 +117,18 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, args, message):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mnist.npz"]
 
 
-def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path):
+@pytest.mark.parametrize("schedule", ["dni", "complete"])
+def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path, schedule):
     out = tmp_path / "out"
-    with started([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", "dni", "--workers", "2",
+    with started([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", schedule, "--workers", "2",
                   "--data", str(tiny_mnist(tmp_path)), "--out", str(out)], cwd=tmp_path) as run:
         first = run.stderr.readline()
-        assert first.startswith("[dni, 2 workers] iteration 3/1000000  train loss "), first
+        assert first.startswith(f"[{schedule}, 2 workers] iteration 3/1000000  train loss "), first
         os.killpg(run.pid, signal.SIGINT)
         stdout, rest = run.communicate(timeout=60)
     assert run.returncode == 130
     assert stdout == ""
-    assert [line for line in rest.splitlines() if not line.startswith("[dni, 2 workers] iteration")] == [
+    assert [line for line in rest.splitlines() if not line.startswith(f"[{schedule}, 2 workers] iteration")] == [
         f"sgrad parallel: interrupted; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
     assert_group_ends(run.pid, "the command's group")  # no worker outlived the command, nor did its helpers
 
