@@ -306,6 +306,25 @@ def parallel_wall_clock_target(_: str) -> str:
                           f"at {backprop['wall_time']:.1f} s")])
 
 
+@table("parallel-forward-unlock")
+def parallel_forward_unlock(_: str) -> str:
+    return markdown_tables("docs/parallel/forward-unlock/results.md")[0]
+
+
+@table("parallel-forward-unlock-simulator")
+def parallel_forward_unlock_simulator(_: str) -> str:
+    record = read_json("docs/parallel/forward-unlock/simulator.json")
+    lines = ["| schedule | workers | measured examples/s | simulator's examples/s | simulator / measured |",
+             "|---|---:|---:|---:|---:|"]
+    for run in record["runs"]:
+        lines.append(row(run["schedule"], run["workers"], f"{run['measured']:,.0f}", f"{run['predicted']:,.0f}",
+                         f"{run['predicted'] / run['measured']:.2f}"))
+    lines += ["", f"A message's transfer {1e3 * record['transfer']:.2f} ms and processor time "
+                  f"{1e3 * record['message_cpu']:.2f} ms, {record['cores']} cores; load average "
+                  f"{record['load'][0]:.2f} before the measurements, {record['load'][1]:.2f} after."]
+    return "\n".join(lines)
+
+
 # --- recurrent DNI -----------------------------------------------------------------------------------
 
 

@@ -242,14 +242,19 @@ def test_no_private_twin_of_a_public_method(path):
 
 
 def dni_maths(path):
-    """The lines of ``path`` that do a DNI step's maths itself: a generator's forward, backward, update or predict,
-    ĝ by name, or a block's learning rates (a block's ``synthetic_update`` and ``update_synthetic_weights`` use them;
-    the plan's ``alpha`` is the top layer's)."""
+    """The lines of ``path`` that do a DNI step's maths itself: a gradient generator's forward, backward, update or
+    predict, ĝ by name, or a block's learning rates (a block's ``synthetic_update`` and ``update_synthetic_weights``
+    use them; the plan's ``alpha`` is the top layer's).  An input generator's public ``forward`` and ``update`` are
+    each a whole line of :func:`sgrad.dni.steps.complete_unlock_step` (lines 1 and 6), which a worker calls as the
+    step does."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("forward", "backward", "update", "predict")
-                and "generator" in ast.unparse(node.func.value)):
+                and "generator" in ast.unparse(node.func.value)
+                and not (node.func.attr in ("forward", "update")
+                         and ast.unparse(node.func.value).startswith(("input_generators[", "w.input_generators[",
+                                                                      "self.input_generators[")))):
             found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
         names = {node.id} if isinstance(node, ast.Name) else {node.attr} if isinstance(node, ast.Attribute) else set()
         if names & {"g_hat", "synthetic_gradient", "generator_alpha"} or (
@@ -264,6 +269,7 @@ def test_the_parallel_engine_runs_the_dni_step_of_sgrad_dni_and_has_none_of_its_
     assert [line for path in files for line in dni_maths(path)] == []
     schedules = (ROOT / "parallel" / "schedules.py").read_text()
     assert ".update_from_synthetic_gradient(" in schedules and ".update_generator(" in schedules
+    assert "I_k.forward(x, condition)" in schedules and ".input_generators[j].update(h, " in schedules
 
 
 def test_the_scan_for_dni_maths_finds_it_where_it_is():

@@ -187,6 +187,34 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert len(measured["runs"]) == 6 and len(measured["computing_seconds_per_step"]) == 4
 
 
+def test_the_simulator_against_a_comparison_reads_its_runs_and_predicts_each_leaving_no_worker_behind(tmp_path):
+    from conftest import tiny_mnist
+
+    sgrad_command = pathlib.Path(sys.executable).parent / "sgrad"
+    comparison = subprocess.run(
+        [str(sgrad_command), "parallel", "--schedules", "backprop,dni,complete", "--workers", "2", "--iterations", "6",
+         "--eval-every", "3", "--hidden", "16", "--batch-size", "8", "--no-verify", "--data", str(tiny_mnist(tmp_path)),
+         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert comparison.returncode == 0, comparison.stderr
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_unlock.py"
+    with started([sys.executable, str(script), str(tmp_path / "out")]) as run:
+        stdout, stderr = run.communicate(timeout=600)
+    assert run.returncode == 0, stderr
+    assert_group_ends(run.pid, "the benchmark's group")  # no worker-like process outlived it
+    record = json.loads((tmp_path / "out" / "simulator.json").read_text())
+    histories = json.loads((tmp_path / "out" / "histories.json").read_text())
+    assert [(r["schedule"], r["workers"]) for r in record["runs"]] == [("backprop", 2), ("dni", 2), ("complete", 2)]
+    assert record["transfer"] > 0 and len(record["load"]) == 2
+    for run_record, history in zip(record["runs"], histories["runs"]):
+        steps = history["history"]["iteration"][-1] - history["history"]["iteration"][0]
+        seconds = history["history"]["evaluation_time"][-1] - history["history"]["evaluation_time"][0]
+        assert run_record["measured"] == pytest.approx(steps * 8 / seconds)
+        assert run_record["predicted"] > 0
+        inputs = [b["synthetic_input"] > 0 and b["input_regression"] > 0 for b in run_record["blocks"]]
+        assert inputs == [run_record["schedule"] == "complete"] * 2  # only the complete unlock has input generators
+    assert "| complete | 2 | " in stdout
+
+
 # --- the peer koz4k/dni-pytorch (its code and PyTorch run in an environment of their own; here only the adapter) ---
 
 

@@ -62,7 +62,7 @@ def test_the_table_reads_each_runs_history(tiny):
 def test_exact_schedules_learn_the_same_on_one_and_two_workers(tiny):
     _, out, _ = tiny
     runs = {(r["schedule"], r["workers"]): r["history"] for r in json.loads((out / "histories.json").read_text())["runs"]}
-    for schedule in ("backprop", "dni", "cdni"):
+    for schedule in ("backprop", "dni", "cdni", "complete", "ccomplete"):
         assert runs[(schedule, 1)]["train_loss"] == runs[(schedule, 2)]["train_loss"], schedule
         assert runs[(schedule, 1)]["test_accuracy"] == runs[(schedule, 2)]["test_accuracy"], schedule
 
@@ -74,6 +74,16 @@ def test_every_run_records_the_timeline_of_the_steps_it_was_asked_for(tiny):
         steps = {event["step"] for event in run["timeline"]}
         assert steps and min(steps) >= first and max(steps) <= min(last, 6)
         assert {event["worker"] for event in run["timeline"]} == set(range(run["workers"]))
+
+
+def test_the_complete_unlock_records_its_synthetic_inputs_on_both_workers_and_dni_none(tiny):
+    _, out, _ = tiny
+    runs = {(r["schedule"], r["workers"]): r for r in json.loads((out / "histories.json").read_text())["runs"]}
+    for schedule in ("complete", "ccomplete"):
+        # Worker 0 holds the bottom block, whose input is data; worker 1 holds I_1 and I_2.
+        assert {e["worker"] for e in runs[(schedule, 2)]["timeline"] if e["kind"] == "synthetic input"} == {1}
+        assert {e["worker"] for e in runs[(schedule, 1)]["timeline"] if e["kind"] == "synthetic input"} == {0}
+    assert not any(e["kind"] == "synthetic input" for e in runs[("dni", 2)]["timeline"])
 
 
 def test_a_rerun_loads_the_finished_runs_instead_of_training_them_again(tiny):
@@ -91,6 +101,12 @@ def test_a_rerun_loads_the_finished_runs_instead_of_training_them_again(tiny):
     (["--ray-address", "10.0.0.1:6379"], "sgrad parallel: error: --ray-address is the address of a Ray cluster: use "
                                          "it with --engine ray"),
     (["--staleness", "-1"], "sgrad parallel: error: argument --staleness: must be at least 0; got -1"),
+    (["--schedules", "complete,ccomplete", "--workers", "3"], "sgrad parallel: error: 3 workers need at least 3 hidden "
+                                                              "blocks, one per worker; a net of depth 3 has 2. Use "
+                                                              "fewer workers or a larger depth"),
+    (["--schedules", "complete,dni,sgd"], "sgrad parallel: error: argument --schedules: expected a comma-separated "
+                                          "subset of backprop,pipelined-backprop,dni,cdni,complete,ccomplete; got "
+                                          "'complete,dni,sgd'"),
     (["--workers", "0"], "sgrad parallel: error: argument --workers: expected comma-separated numbers of workers "
                          "such as 1,2; got '0'"),
 ])
@@ -101,17 +117,18 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, args, message):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mnist.npz"]
 
 
-def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path):
+@pytest.mark.parametrize("schedule", ["dni", "complete"])
+def test_ctrl_c_ends_with_one_line_status_130_and_no_worker_left(tmp_path, schedule):
     out = tmp_path / "out"
-    with started([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", "dni", "--workers", "2",
+    with started([str(SGRAD), "parallel", *TINY, "--iterations", "1000000", "--schedules", schedule, "--workers", "2",
                   "--data", str(tiny_mnist(tmp_path)), "--out", str(out)], cwd=tmp_path) as run:
         first = run.stderr.readline()
-        assert first.startswith("[dni, 2 workers] iteration 3/1000000  train loss "), first
+        assert first.startswith(f"[{schedule}, 2 workers] iteration 3/1000000  train loss "), first
         os.killpg(run.pid, signal.SIGINT)
         stdout, rest = run.communicate(timeout=60)
     assert run.returncode == 130
     assert stdout == ""
-    assert [line for line in rest.splitlines() if not line.startswith("[dni, 2 workers] iteration")] == [
+    assert [line for line in rest.splitlines() if not line.startswith(f"[{schedule}, 2 workers] iteration")] == [
         f"sgrad parallel: interrupted; rerun the same command to resume from the checkpoints in {out}/checkpoints"]
     assert_group_ends(run.pid, "the command's group")  # no worker outlived the command, nor did its helpers
 
@@ -162,9 +179,9 @@ def test_a_generator_option_without_a_dni_schedule_is_warned_of_and_the_run_goes
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[:2] == [
         "sgrad parallel: warning: --staleness 2 does nothing here: it sets the generators, and --schedules backprop "
-        "trains none; add dni or cdni to --schedules, or leave --staleness out",
+        "trains none; add dni, cdni, complete or ccomplete to --schedules, or leave --staleness out",
         "sgrad parallel: warning: --generator-hidden 8 does nothing here: it sets the generators, and --schedules "
-        "backprop trains none; add dni or cdni to --schedules, or leave --generator-hidden out"]
+        "backprop trains none; add dni, cdni, complete or ccomplete to --schedules, or leave --generator-hidden out"]
 
 
 def test_sigterm_ends_with_one_line_status_143_no_leaked_semaphore_and_no_worker_left(tmp_path):

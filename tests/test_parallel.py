@@ -1,5 +1,6 @@
 """The parallel engine on local processes: how layers are shared out, every schedule against its single-process
-definition (bit for bit in float64), the staleness bound, the timeline, and resuming from a checkpoint."""
+definition (bit for bit in float64), the staleness bound, forward unlocking, the timeline, and resuming from a
+checkpoint."""
 
 import dataclasses
 import os
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 from conftest import damage_checkpoint
 
-from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
+from sgrad.experiments.mnist import (PaperConfig, build_input_generators, build_network, summed_cross_entropy,
+                                     train_paper)
 from sgrad.nn.checkpoint import CheckpointError, load_checkpoint, network_state
 from sgrad.parallel import SCHEDULE_NAMES, split_layers, train_parallel
 from sgrad.parallel.local import LocalEngine
@@ -19,7 +21,8 @@ from sgrad.parallel.timeline import KINDS
 # Four layers (three hidden blocks and the top), so that one, two and three workers all fit.
 CONFIG = PaperConfig(depth=4, hidden=16, generator_hidden=(8,), batch_size=8, iterations=12, eval_every=4,
                      dtype="float64", seed=0)
-METHOD = {"backprop": "backprop", "pipelined-backprop": "backprop", "dni": "dni", "cdni": "cdni"}
+METHOD = {"backprop": "backprop", "pipelined-backprop": "backprop", "dni": "dni", "cdni": "cdni", "complete": "complete",
+          "ccomplete": "ccomplete"}
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +37,16 @@ def batch_rng(config=CONFIG):
 
 
 def parallel(schedule, data, workers, config=CONFIG, **options):
+    """``schedule`` on ``workers`` workers: the network it trained (with the complete unlock's input generators after
+    its layers, as ``sgrad paper`` checkpoints them) and the run."""
     layers = build_network(METHOD[schedule], data[0].shape[1], config)
+    input_generators = build_input_generators(METHOD[schedule], data[0].shape[1], config)
+    if input_generators:
+        options.update(input_generators=input_generators, input_alpha=config.alpha)
     result = train_parallel(layers, data, schedule=schedule, loss_fn=summed_cross_entropy, alpha=config.alpha,
                             steps=config.iterations, batch_size=config.batch_size, rng=batch_rng(config),
                             eval_every=config.eval_every, workers=workers, **options)
-    return layers, result
+    return layers + input_generators, result
 
 
 def single_process(method, data, tmp_path, config=CONFIG):
@@ -84,7 +92,7 @@ def test_dni_needs_dni_blocks_with_generators_conditioned_as_the_schedule_says(d
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-@pytest.mark.parametrize("method", ["dni", "cdni", "backprop"])
+@pytest.mark.parametrize("method", ["dni", "cdni", "backprop", "complete", "ccomplete"])
 def test_the_pipeline_ends_with_the_single_process_weights_bit_for_bit(data, tmp_path, method, workers):
     history, reference = single_process(method, data, tmp_path)
     layers, result = parallel(method, data, workers)
@@ -184,6 +192,86 @@ def test_with_staleness_zero_every_target_is_on_time(data):
     assert result.stale_targets == {0: 3 * CONFIG.iterations}
 
 
+def test_under_the_complete_unlock_no_target_of_either_generator_comes_later_than_the_staleness_bound(data):
+    config = dataclasses.replace(CONFIG, iterations=40, eval_every=20)
+    _, result = parallel("ccomplete", data, workers=3, config=config, staleness=2)
+    # Every block's gradient generator and every layer's input generator (three of each), every batch.
+    assert sum(result.stale_targets.values()) == 2 * 3 * config.iterations
+    assert min(result.stale_targets) >= 0 and max(result.stale_targets) <= 2
+
+
+def test_with_staleness_zero_every_target_of_the_complete_unlock_is_on_time(data):
+    _, result = parallel("complete", data, workers=2)
+    assert result.stale_targets == {0: 2 * 3 * CONFIG.iterations}
+
+
+# --- forward unlocking -------------------------------------------------------------------------------------
+
+
+class NoWaiting:
+    """A worker's message source that hands over what it was given and fails the test if the worker would wait."""
+
+    def __init__(self):
+        self.messages = []
+
+    def get(self, block=True, timeout=None):
+        import queue
+
+        if self.messages:
+            return self.messages.pop(0)
+        if not block:
+            raise queue.Empty
+        raise AssertionError("the worker waited for a message")
+
+
+def upper_worker(schedule, data, staleness=0):
+    """Worker 1 of two on the net of depth 3 (block 2 and the top), driven by hand: ``(worker, source, sent)``."""
+    from sgrad.parallel.messages import Inbox
+    from sgrad.parallel.timeline import Timeline
+    from sgrad.parallel.worker import Plan, Worker
+    from sgrad.training.batches import BatchOrder
+
+    config = dataclasses.replace(CONFIG, depth=3)
+    layers = build_network(METHOD[schedule], 20, config)
+    input_generators = build_input_generators(METHOD[schedule], 20, config)
+    plan = Plan(schedule=schedule, steps=3, start=0, eval_every=3, save_every=None, staleness=staleness,
+                timeline=(1, 0), alpha=CONFIG.alpha, loss_fn=summed_cross_entropy, classes=10, input_alpha=CONFIG.alpha)
+    own_batches = dict(train=data[:2], batches=BatchOrder(64, 8, batch_rng())) if input_generators else {}
+    worker = Worker(1, 2, layers[1:], plan, first_layer=1, test_y=data[3], input_generators=input_generators or None,
+                    **own_batches)  # under the complete unlock every worker draws the batches itself
+    source, sent = NoWaiting(), []
+    worker.inbox, worker.send, worker.timeline = Inbox(source), lambda j, message: sent.append(message), Timeline(1, 1, 0)
+    return worker, source, sent
+
+
+def test_under_the_complete_unlock_the_worker_above_runs_a_batch_before_anything_of_it_comes_from_below(data):
+    from sgrad.parallel.messages import Message
+    from sgrad.parallel.schedules import CompleteUnlock
+
+    worker, source, sent = upper_worker("complete", data)
+    schedule = CompleteUnlock(worker)
+    schedule.step(1)  # the inbox is empty: the step runs on ĥ_1 = I_1(x), the batch the worker drew itself
+    assert [(m.kind, m.step) for m in sent] == [("synthetic input", 1), ("target", 1)]
+    np.testing.assert_array_equal(sent[0].array, worker.input_generators[0].synthetic_input)
+    with pytest.raises(AssertionError, match="the worker waited"):
+        schedule.step(2)  # before it predicts for batch 2, I_1 regresses onto batch 1's real h_1
+    worker, source, sent = upper_worker("complete", data)
+    schedule = CompleteUnlock(worker)
+    schedule.step(1)
+    source.messages.append(Message("activation", 1, np.zeros((8, CONFIG.hidden)), np.eye(10)[:8]))
+    schedule.step(2)  # batch 1's real h_1 has come; batch 2's has not, and the step does not wait for it
+    assert [(m.kind, m.step) for m in sent][2:] == [("synthetic input", 2), ("target", 2)]
+    assert worker.stale_targets == {0: 5}  # M_2 and I_2 twice, I_1 once
+
+
+def test_under_dni_the_worker_above_waits_for_the_forward_pass_below(data):
+    from sgrad.parallel.schedules import Decoupled
+
+    worker, _, _ = upper_worker("dni", data)
+    with pytest.raises(AssertionError, match="the worker waited"):
+        Decoupled(worker).step(1)
+
+
 # --- the timeline ------------------------------------------------------------------------------------------
 
 
@@ -208,7 +296,7 @@ def test_under_locked_backprop_the_bottom_worker_waits_while_the_one_above_runs_
 # --- checkpoints -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("schedule", ["dni", "pipelined-backprop"])
+@pytest.mark.parametrize("schedule", ["dni", "pipelined-backprop", "ccomplete"])
 def test_a_resumed_run_ends_where_an_unbroken_run_with_the_same_checkpoints_ends(data, tmp_path, schedule):
     run = {"test": schedule}
     unbroken, history = parallel(schedule, data, workers=3, run=run, checkpoint=tmp_path / "unbroken.npz",
@@ -266,8 +354,8 @@ def test_the_checkpoint_holds_every_workers_arrays_as_train_paper_names_them(dat
     assert saved.network.keys() == network_state(build_network("cdni", 20, CONFIG)).keys()
 
 
-def test_the_schedules_are_the_four_named_in_the_docs():
-    assert SCHEDULE_NAMES == ("backprop", "pipelined-backprop", "dni", "cdni")
+def test_the_schedules_are_the_six_named_in_the_docs():
+    assert SCHEDULE_NAMES == ("backprop", "pipelined-backprop", "dni", "cdni", "complete", "ccomplete")
 
 
 def test_data_in_another_dtype_than_the_network_is_refused_before_any_worker_starts(data):

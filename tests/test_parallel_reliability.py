@@ -78,6 +78,23 @@ def test_a_worker_killed_mid_run_stops_the_run_naming_it_and_the_signal(data):
     assert wait_until_gone(workers.values(), seconds=0.0) == []  # stopped and reaped before train_parallel returned
 
 
+def test_under_the_complete_unlock_a_worker_killed_mid_run_stops_the_run_and_no_worker_is_left(data):
+    from sgrad.experiments.mnist import build_input_generators
+
+    workers = {}
+
+    def kill_the_bottom_worker_once(line):
+        if not workers:
+            workers.update({p.name: p.pid for p in multiprocessing.active_children()})
+            os.kill(next(pid for name, pid in workers.items() if "worker 0" in name), signal.SIGKILL)
+
+    with pytest.raises(WorkerFailed, match=r"worker 0 \(layer 0\) died: killed by signal SIGKILL \(9\)"):
+        train(build_network("complete", 20, CONFIG), data, "complete", progress=kill_the_bottom_worker_once,
+              input_generators=build_input_generators("complete", 20, CONFIG), input_alpha=CONFIG.alpha)
+    assert len(workers) == 2
+    assert wait_until_gone(workers.values(), seconds=0.0) == []  # the worker above, which waits for none, too
+
+
 def test_a_worker_whose_block_raises_stops_the_run_with_the_workers_name_and_error(data):
     layers = build_network("backprop", 20, CONFIG)
     layers[1] = BreakingBlock(layers[1], breaks_at=7)

@@ -8,8 +8,8 @@ from sgrad.parallel.simulator import BlockTimes, programs, scaling, simulate, sp
 BATCH = 256
 
 
-def seconds_per_batch(schedule, blocks, top, workers, transfer=0.0):
-    return BATCH / throughput(schedule, blocks, top, workers, transfer=transfer, batch=BATCH)
+def seconds_per_batch(schedule, blocks, top, workers, transfer=0.0, steps=None):
+    return BATCH / throughput(schedule, blocks, top, workers, transfer=transfer, batch=BATCH, steps=steps)
 
 
 def test_a_simulated_worker_makes_the_operations_of_the_schedules_own_step():
@@ -30,12 +30,40 @@ def test_a_simulated_worker_makes_the_operations_of_the_schedules_own_step():
         ("send", ("target", 0, 1)), ("compute", 400.0), ("done", 1)]  # M_2 regresses after δ_1 has gone down
 
 
-@pytest.mark.parametrize("schedule", ["backprop", "pipelined-backprop", "dni"])
+def test_under_the_complete_unlock_a_simulated_worker_makes_the_operations_of_the_schedules_own_step():
+    """The complete unlock on 2 workers, blocks 0 and 1 on worker 0, block 2 and the top on worker 1: the input
+    generator of layer i costs block i - 1's synthetic_input and input_regression."""
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0, 5.0, 6.0), BlockTimes(10.0, 20.0, 5.0, 30.0, 40.0, 50.0, 60.0),
+              BlockTimes(100.0, 200.0, 50.0, 300.0, 400.0, 500.0, 600.0)]
+    synthetic_update = [b.generator + b.backward + b.update for b in blocks]
+    regression_at_the_synthetic_input = [b.regression + b.generator for b in blocks]  # line 5 predicts once more
+    low, high = programs("complete", blocks, 0.25, 2, steps=2)
+    assert list(low) == [
+        ("compute", 5.0 + 1.0 + 10.0), ("send", ("activation", 1, 1)),  # ĥ_1, both blocks forward, h_2 up at once
+        ("compute", synthetic_update[0] + synthetic_update[1] + regression_at_the_synthetic_input[0] + 6.0),
+        ("done", 1),
+        ("compute", 16.0), ("send", ("activation", 1, 2)), ("compute", synthetic_update[0]),
+        ("receive", ("target", 0, 1)), ("receive", ("synthetic input", 0, 1)),  # M_2's target and where it predicts
+        ("compute", regression_at_the_synthetic_input[1] + synthetic_update[1] + regression_at_the_synthetic_input[0]
+         + 6.0), ("done", 2)]
+    assert list(high) == [  # forward unlocked: batch 1 starts at once, on ĥ_2 and ĥ_3
+        ("compute", 50.0 + 500.0 + 100.0 + 0.25 + synthetic_update[2]),
+        ("send", ("synthetic input", 0, 1)), ("send", ("target", 0, 1)),
+        ("compute", regression_at_the_synthetic_input[2] + 600.0), ("done", 1),
+        ("receive", ("activation", 1, 1)),  # I_2 regresses onto batch 1's h_2 before it predicts batch 2's ĥ_2
+        ("compute", 60.0 + 50.0 + 500.0 + 100.0 + 0.25 + synthetic_update[2]),
+        ("send", ("synthetic input", 0, 2)), ("send", ("target", 0, 2)),
+        ("compute", regression_at_the_synthetic_input[2] + 600.0), ("done", 2)]
+
+
+@pytest.mark.parametrize("schedule", ["backprop", "pipelined-backprop", "dni", "complete"])
 def test_one_worker_takes_the_sum_of_every_operation(schedule):
-    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0), BlockTimes(0.5, 1.0, 0.25, 1.5, 2.0)]
+    blocks = [BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0, 0.7, 0.9), BlockTimes(0.5, 1.0, 0.25, 1.5, 2.0, 0.6, 0.8)]
     own = sum(b.forward + b.backward + b.update for b in blocks)
-    generators = sum(b.generator + b.regression for b in blocks) if schedule == "dni" else 0.0
-    assert seconds_per_batch(schedule, blocks, 0.7, 1) == pytest.approx(own + generators + 0.7)
+    generators = sum(b.generator + b.regression for b in blocks) if schedule in ("dni", "complete") else 0.0
+    # The complete unlock: each gradient generator predicts once more, at ĥ; an input generator per block.
+    inputs = sum(b.generator + b.synthetic_input + b.input_regression for b in blocks) if schedule == "complete" else 0
+    assert seconds_per_batch(schedule, blocks, 0.7, 1) == pytest.approx(own + generators + inputs + 0.7)
 
 
 def test_locked_backprop_on_two_workers_waits_for_everything_but_the_top_workers_last_step():
@@ -62,6 +90,20 @@ def test_dni_with_slow_messages_shares_each_round_trip_between_two_batches_in_fl
     c1 = 0.5 + 0.3 + 1.5 + 1.0 + 0.25
     expected = (w0 + c1 + 2 * 100.0) / 2
     assert seconds_per_batch("dni", [low, high], 0.3, 2, transfer=100.0) == pytest.approx(expected)
+
+
+def test_the_complete_unlock_with_slow_messages_shares_each_round_trip_between_three_batches_in_flight():
+    # Worker 0 (block 0) forwards batch t and sends h_t up (τ); worker 1 (block 1 and the top) has run batch t
+    # already and waits for h_t only before batch t+1, whose δ it sends down after its input generators' step, ĥ,
+    # its block's forward pass, the top and its block's synthetic update (c1); that δ comes down (τ) to worker 0's
+    # step t+2, which then regresses and updates its block (w0).  That cycle covers three batches.
+    low, high = BlockTimes(1.0, 2.0, 0.5, 3.0, 4.0, 0.7, 0.9), BlockTimes(0.5, 1.0, 0.25, 1.5, 2.0, 0.6, 0.8)
+    c1 = 0.9 + 0.7 + 0.6 + 0.5 + 0.3 + 1.5 + 1.0 + 0.25
+    w0 = 4.0 + 3.0 + 3.0 + 2.0 + 0.5
+    expected = (1.0 + 100.0 + c1 + 100.0 + w0) / 3
+    # 300 measured steps: a whole number of three-step cycles.
+    assert seconds_per_batch("complete", [low, high], 0.3, 2, transfer=100.0, steps=600) == pytest.approx(expected)
+    assert expected < seconds_per_batch("dni", [low, high], 0.3, 2, transfer=100.0)
 
 
 def test_pipelined_backprop_is_paced_by_the_worker_that_runs_its_forward_pass_twice():

@@ -228,6 +228,35 @@ def test_an_update_needs_a_forward_first_and_only_one_per_forward():
     assert_same_state(generator, before)
 
 
+def test_a_late_real_activation_is_regressed_onto_at_its_own_batch_which_counts_once_in_the_running_averages():
+    """A pipeline's worker: batch 1's h comes after the generator has predicted for batch 2."""
+    rng = np.random.default_rng(3)
+    generator = InputGenerator(INPUT, WIDTH, 2, hidden=(7,), batchnorm=True, rng=rng)
+    x1, c1, x2, c2 = normal(rng, BATCH, INPUT), normal(rng, BATCH, 2), normal(rng, BATCH, INPUT), normal(rng, BATCH, 2)
+    h1 = normal(rng, BATCH, WIDTH)
+    on_time = copy.deepcopy(generator)
+    on_time.forward(x1, c1)
+    generator.forward(x1, c1)
+    generator.forward(x2, c2)
+    running = {name: value for name, value in tree_state(generator).items() if "running" in name}
+    assert running and generator.update(h1, 0.05, x=x1, condition=c1) == on_time.update(h1, 0.05)
+    for name, value in tree_state(generator).items():  # the step is the on-time step, bit for bit
+        if "running" in name:  # batch 1 counted once, when it was predicted for; batch 2 too
+            np.testing.assert_array_equal(value, running[name], err_msg=name)
+        else:
+            np.testing.assert_array_equal(value, tree_state(on_time)[name], err_msg=name)
+
+
+def test_a_late_real_activation_that_is_refused_changes_nothing():
+    generator, x, c = _fresh()
+    generator.forward(x, c)
+    generator.forward(normal(np.random.default_rng(4), BATCH, INPUT), c)
+    before = tree_state(generator)
+    with pytest.raises(ValueError, match="h holds NaN or inf"):
+        generator.update(np.full((BATCH, WIDTH), np.nan), 0.1, x=x, condition=c)
+    assert_same_state(generator, before)
+
+
 @pytest.mark.parametrize("options, error, message", [
     ({"input_dim": 0}, ValueError, "input_dim"),
     ({"output_dim": 2.5}, TypeError, "output_dim"),

@@ -6,7 +6,7 @@ import importlib.util
 from typing import Any
 
 from ..experiments.mnist import PaperConfig
-from ..experiments.parallel import ENGINES, check_runs, compare_parallel, results_table
+from ..experiments.parallel import DECOUPLED_SCHEDULES, ENGINES, check_runs, compare_parallel, results_table
 from ..parallel.pipeline import SCHEDULE_NAMES
 from .argument_types import positive_float, subset_of, whole_number, whole_numbers, widths
 from .training_options import PAPER_DEFAULTS, WRITES, add_mnist_training, print_progress, refuse_unused
@@ -21,7 +21,8 @@ def _worker_counts(text: str) -> tuple[int, ...]:
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``sgrad parallel``'s parser, with its arguments, to ``subparsers``."""
     parser = subparsers.add_parser(
-        "parallel", help="every block in its own worker: backprop, pipelined backprop, DNI and cDNI in wall-clock time",
+        "parallel", help="every block in its own worker: backprop, pipelined backprop, DNI, cDNI and the complete unlock "
+                         "in wall-clock time",
         description="Train the paper's MNIST net with every block in its own worker (local processes, or Ray actors), "
                     "by each schedule on each number of workers, from the same initial weights on the same batches; "
                     "finished runs are cached in --out and the running one is checkpointed, so an interrupted "
@@ -31,8 +32,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=_worker_counts, default=(1, 2),
                         help="comma-separated numbers of workers, at most --depth - 1 each (default 1,2)")
     parser.add_argument("--staleness", type=whole_number(0), default=0,
-                        help="DNI: how many batches a generator may predict for before regressing onto an earlier "
-                             "batch's target (default 0: exactly the single-process DNI step)")
+                        help="DNI and the complete unlock: how many batches a generator may predict for before "
+                             "regressing onto an earlier batch's target (default 0: exactly the single-process step)")
     parser.add_argument("--engine", choices=ENGINES, default="local",
                         help="local processes (default) or Ray actors (pip install 'ray>=2.60', sgrad's ray extra)")
     parser.add_argument("--ray-address", default=None,
@@ -57,9 +58,9 @@ def run(args: argparse.Namespace) -> str:
     refuse_unused(args, {"staleness": 0, "generator": PAPER_DEFAULTS.generator,
                          "generator_hidden": PAPER_DEFAULTS.generator_hidden,
                          "generator_lr": PAPER_DEFAULTS.generator_alpha},
-                  used=any(schedule in ("dni", "cdni") for schedule in args.schedules),
+                  used=any(schedule in DECOUPLED_SCHEDULES for schedule in args.schedules),
                   reason=f"it sets the generators, and --schedules {','.join(args.schedules)} trains none",
-                  fix="add dni or cdni to --schedules, or leave {flag} out", warn=True)
+                  fix="add dni, cdni, complete or ccomplete to --schedules, or leave {flag} out", warn=True)
     config = PaperConfig(
         depth=args.depth, iterations=args.iterations, batch_size=args.batch_size, hidden=args.hidden,
         generator=args.generator, generator_hidden=args.generator_hidden, alpha=args.lr,

@@ -27,7 +27,7 @@ import numpy as np
 from .. import argument_checks
 from ..nn.blocks import Sequential, dense_block
 from ..nn.layers import Layer
-from ..nn.module import Module
+from ..nn.module import Module, restored_on_error, running_averages_kept
 
 
 def mean_squared_error(prediction: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
@@ -103,13 +103,22 @@ class InputGenerator(Module):
         self._updated = False
         return self.synthetic_input
 
-    def update(self, h: np.ndarray, alpha: float) -> float:
+    def update(self, h: np.ndarray, alpha: float, *, x: np.ndarray | None = None,
+               condition: np.ndarray | None = None) -> float:
         """One descent step on ``L_I`` of the last ĥ against the real ``h``, at rate ``alpha``; returns ``L_I``.
 
         h: the block's real output for the batch of the last :meth:`forward`, of ĥ's shape and dtype.
         ``L_I`` is measured before the step.  Refused (and nothing changed): no forward first, a second
         update for one forward, an h of another shape or dtype or holding NaN or inf, a bad ``alpha``.
+        For an h that comes after the generator has predicted for later batches (in a pipeline), give
+        that batch's ``x`` and ``condition``: the generator predicts for them once more (its running
+        averages put back, so that the batch counts in them once), then steps; refused, that leaves it as it was.
         """
+        if x is not None:
+            with restored_on_error(self):
+                with running_averages_kept(self):
+                    self.forward(x, condition)
+                return self.update(h, alpha)
         if self.synthetic_input is None:
             raise ValueError("update(h) needs a synthetic input to correct; call forward(x) first")
         argument_checks.check_same_shape(h, "h", self.synthetic_input, "the last synthetic input", same_dtype=True)

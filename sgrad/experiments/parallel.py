@@ -1,6 +1,7 @@
 """``sgrad parallel``: what update unlocking buys in wall-clock time, every schedule on the same workers and batches.
 
-For each schedule (``backprop``, ``pipelined-backprop``, ``dni``, ``cdni``) and each worker count,
+For each schedule (``backprop``, ``pipelined-backprop``, ``dni``, ``cdni``, ``complete``, ``ccomplete``) and each
+worker count,
 the paper's MNIST net (:class:`~sgrad.experiments.mnist.PaperConfig`, built by
 :func:`~sgrad.experiments.mnist.build_network`) trains on a pipeline of workers
 (:func:`sgrad.parallel.train_parallel`) from the same initial weights on the same batches as
@@ -9,8 +10,8 @@ the paper's MNIST net (:class:`~sgrad.experiments.mnist.PaperConfig`, built by
 - ``results.md``: per schedule and worker count, examples per second, the test accuracy after a
   wall-clock budget and after the last step, and the run's wall time;
 - ``timeline.png``: one row per worker, a bar per forward, backward, update and wait, for locked
-  backprop against DNI on the most workers run (the picture of update locking; the schedules run
-  on the most workers, if not both of those);
+  backprop against DNI and the complete unlock on the most workers run (the pictures of the update and
+  forward locks; the schedules run on the most workers, if none of those);
 - ``accuracy_time.png``: test accuracy against wall-clock time, per run;
 - ``histories.json``: every run's history, timeline and targets' lateness.
 
@@ -31,7 +32,7 @@ import numpy as np
 from ..argument_checks import check_integer, check_number, damaged
 from ..atomic_files import atomic_write_text
 from ..parallel.local import LocalEngine
-from ..parallel.pipeline import SCHEDULE_NAMES, ParallelRun, new_history, train_parallel
+from ..parallel.pipeline import COMPLETE_SCHEDULES, SCHEDULE_NAMES, ParallelRun, new_history, train_parallel
 from ..parallel.ray_engine import RayEngine, ray_session
 from ..parallel.timeline import Event
 from ..training.cell_cache import TRAIN_AGAIN, CellCache
@@ -39,7 +40,7 @@ from ..training.diverged import TrainingDiverged
 from ..training.results_folder import checkpoint_path, one_writer
 from ..training.resume import fingerprint
 from ..training.settings import check_methods
-from .mnist import PaperConfig, build_network, check_grid, summed_cross_entropy
+from .mnist import PaperConfig, build_input_generators, build_network, check_grid, summed_cross_entropy
 
 ENGINES = ("local", "ray")
 TIMELINE_STEPS = 6  # steps drawn in the timeline figure
@@ -55,11 +56,14 @@ def timeline_window(iterations: int, eval_every: int) -> tuple[int, int]:
     first = max(1, min(middle - TIMELINE_STEPS // 2, iterations - TIMELINE_STEPS + 1))
     return first, first + TIMELINE_STEPS - 1
 Run = tuple[str, int]  # (schedule, workers)
+DECOUPLED_SCHEDULES = ("dni", "cdni", *COMPLETE_SCHEDULES)  # the schedules whose blocks have generators
 
 
 def network_method(schedule: str) -> str:
-    """The network :func:`~sgrad.experiments.mnist.build_network` builds for ``schedule``: DNI blocks for DNI only."""
-    return schedule if schedule in ("dni", "cdni") else "backprop"
+    """The network :func:`~sgrad.experiments.mnist.build_network` builds for ``schedule``: DNI blocks for DNI and the
+    complete unlock only (whose method is also that of its input generators)."""
+    return schedule if schedule in DECOUPLED_SCHEDULES else "backprop"
+
 
 
 def check_runs(schedules: Sequence[str], workers: Sequence[int], config: PaperConfig, *, staleness: int,
@@ -97,6 +101,7 @@ def train_schedule(schedule: str, workers: int, data: Sequence[np.ndarray], conf
     x_train, y_train, x_test, y_test = data
     x_train, x_test = np.asarray(x_train, dtype=config.dtype), np.asarray(x_test, dtype=config.dtype)
     layers = build_network(network_method(schedule), x_train.shape[1], config)
+    input_generators = build_input_generators(network_method(schedule), x_train.shape[1], config)
     run = {"trainer": "sgrad.experiments.parallel.train_schedule", "schedule": schedule, "workers": workers,
            "staleness": staleness, "data": fingerprint(*data),
            "config": {k: v for k, v in dataclasses.asdict(config).items() if k != "iterations"}}
@@ -106,7 +111,9 @@ def train_schedule(schedule: str, workers: int, data: Sequence[np.ndarray], conf
         rng=np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2]), eval_every=config.eval_every,
         workers=workers, staleness=staleness, engine=engine, run=run, checkpoint=checkpoint,
         checkpoint_every=checkpoint_every, timeline_steps=timeline_window(config.iterations, config.eval_every),
-        progress=progress, label=f"[{schedule}, {workers} workers]")
+        progress=progress, label=f"[{schedule}, {workers} workers]", input_generators=input_generators,
+        input_alpha=(config.alpha if config.generator_alpha is None else config.generator_alpha)
+        if schedule in COMPLETE_SCHEDULES else None)
 
 
 def compare_parallel(data: Sequence[np.ndarray], *, schedules: Sequence[str] = SCHEDULE_NAMES,
@@ -227,9 +234,9 @@ def write_results(results: Mapping[Run, ParallelRun], out_dir: str | os.PathLike
          "stale_targets": r.stale_targets} for (s, k), r in results.items()]}))
     most = max(k for _, k in results)
     recorded = {f"{s}, {k} workers": r.timeline for (s, k), r in results.items() if k == most and r.timeline}
-    # Locked backprop against DNI if both were run; else what was.
+    # Locked backprop against DNI and the complete unlock, those of them that were run; else what was.
     panels = {title: events for title, events in recorded.items()
-              if title.split(",")[0] in ("backprop", "dni")} or recorded
+              if title.split(",")[0] in ("backprop", "dni", "complete")} or recorded
     if panels:
         plot_timeline(panels, out / "timeline.png")
     plot_accuracy_against_time({f"{s}, {k} workers": r.history for (s, k), r in results.items()},

@@ -85,7 +85,7 @@ def plot_paper(results: Mapping[tuple[str, int], Mapping[str, Any]], path: str |
 
 
 TIMELINE_COLORS = {"forward": "tab:blue", "backward": "tab:orange", "update": "tab:green", "dni": "tab:purple",
-                   "wait": "0.85"}
+                   "synthetic input": "tab:red", "wait": "0.85"}
 
 
 def plot_timeline(timelines: Mapping[str, Sequence[Any]], path: str | os.PathLike[str] | None = None) -> Figure:

@@ -8,7 +8,11 @@ Between workers (worker k holds a stage of consecutive layers; k + 1 is the stag
 - down, ``Message('target', t, δ)``: dL/dh_k for batch t as the stage above computed it (the true
   gradient under backprop; under DNI, ĝ_{k+1} backpropagated through the stage above: the
   bootstrapped target of stage k's top generator), (batch, width);
-- up, ``Message('evaluation', t, h)``: the test set's activations after step t, (test examples, width).
+- up, ``Message('evaluation', t, h)``: the test set's activations after step t, (test examples, width);
+- down, under the complete unlock, ``Message('synthetic input', t, ĥ_k)``, just before the target: the
+  synthetic input at which the stage above computed δ, where stage k's top generator regresses its
+  prediction; and the ``'activation'`` going up is then the target of the input generator above, not
+  the input of the stage above (each worker draws the batch itself).
 
 To the driver, ``Report(kind, worker, payload)``: ``'evaluation'`` (from the top: step, test accuracy,
 mean training loss, time), ``'state'`` (every array of the stage after a step, for a checkpoint),

@@ -8,6 +8,7 @@ are back in ``layers``, as after :func:`sgrad.training.loop.train_loop`; and the
 same file that loop writes (:func:`sgrad.training.resume.save_run`), so a run resumes from it.
 """
 
+import copy
 import dataclasses
 import os
 import time
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..argument_checks import (check_batch, check_choice, check_integer, check_labels, check_learning_rate, check_record,
                                damaged)
+from ..dni.synthetic_inputs import check_input_generators
 from ..nn.checkpoint import START_AFRESH, CheckpointError, load_network_state
 from ..training.batches import BatchOrder
 from ..training.diverged import TrainingDiverged
@@ -29,6 +31,7 @@ from .timeline import Event
 from .worker import Plan, Worker, split_layers
 
 SCHEDULE_NAMES = tuple(SCHEDULES)
+COMPLETE_SCHEDULES = ("complete", "ccomplete")  # the schedules whose layers above the bottom take synthetic inputs
 REPORT_TIMEOUT = 0.5  # seconds the driver waits for a report before it looks at the workers again
 
 
@@ -41,7 +44,8 @@ class ParallelRun:
         wall-clock seconds at each evaluation) and ``wall_time`` (in all; both count from the
         driver's start, plus, on a resumed run, the time before its checkpoint).
     timeline : every worker's recorded events (:mod:`sgrad.parallel.timeline`).
-    stale_targets : DNI: ``{s: how many generator targets came s steps late}``.
+    stale_targets : DNI and the complete unlock: ``{s: how many generator targets came s steps late}`` (the input
+        generators' targets too).
     """
 
     history: dict[str, Any]
@@ -55,12 +59,14 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                    staleness: int = 0, engine: Engine | None = None, run: dict[str, Any] | None = None,
                    checkpoint: str | os.PathLike[str] | None = None, checkpoint_every: int | None = None,
                    timeline_steps: tuple[int, int] = (1, 20), progress: Callable[[str], None] | None = None,
-                   label: str = "[parallel]") -> ParallelRun:
+                   label: str = "[parallel]", input_generators: Sequence[Any] = (),
+                   input_alpha: float | None = None) -> ParallelRun:
     """Train ``layers`` (hidden blocks, then a top layer) by ``schedule`` on ``workers`` workers.
 
     data : ``(x_train, y_train, x_test, y_test)``; x: (n, features) in the network's dtype, y: integer labels (n,).
-    schedule : 'backprop', 'pipelined-backprop', 'dni' or 'cdni' (:mod:`sgrad.parallel.schedules`); DNI
-        needs :class:`~sgrad.DNIBlock` hidden blocks (cDNI's generators conditioned on the one-hot labels).
+    schedule : 'backprop', 'pipelined-backprop', 'dni', 'cdni', 'complete' or 'ccomplete'
+        (:mod:`sgrad.parallel.schedules`); DNI and the complete unlock need :class:`~sgrad.DNIBlock` hidden
+        blocks (cDNI's and ccomplete's generators conditioned on the one-hot labels).
     loss_fn, alpha : the loss, summed over the batch, and the learning rate of the top layer (and of
         every layer under backprop); a DNI block uses its own ``alpha`` and ``generator_alpha``.
     steps, batch_size, rng, eval_every : as in :func:`sgrad.training.loop.train_loop`: the same
@@ -71,6 +77,10 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
     run, checkpoint, checkpoint_every : as in ``train_loop``: a checkpoint of this ``run`` at
         ``checkpoint`` is carried on from, and one is written every ``checkpoint_every`` steps and at the end.
     timeline_steps : the first and last steps whose events every worker records.
+    input_generators, input_alpha : the complete unlock's ``[I_1, ..., I_m]``, one per hidden block
+        (:class:`~sgrad.dni.synthetic_inputs.InputGenerator`, I_k predicting h_k), and their learning rate, as
+        :func:`~sgrad.dni.steps.complete_unlock_step` takes them; the worker above each interface holds its
+        I_k, and they are trained and checkpointed with ``layers`` (the network ``layers + input_generators``).
 
     Raises :class:`~sgrad.TrainingDiverged` if a number turns non-finite in a worker, and
     :class:`~sgrad.parallel.engines.WorkerFailed` if a worker raises anything else or dies; every
@@ -82,8 +92,16 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
     if not 1 <= workers <= blocks:
         raise ValueError(f"workers must be between 1 and the network's {blocks} hidden blocks (one block per worker "
                          f"at most); got {workers}")
-    if schedule in ("dni", "cdni"):
+    if schedule in ("dni", "cdni", *COMPLETE_SCHEDULES):
         _check_generators(layers[:-1], schedule, layers[-1].output_dim)
+    input_generators = list(input_generators)
+    if schedule in COMPLETE_SCHEDULES:
+        if input_alpha is None:
+            raise ValueError(f"schedule {schedule!r} needs input_alpha=, the learning rate of its input generators")
+        input_alpha = check_learning_rate(input_alpha, "input_alpha")
+    elif input_generators or input_alpha is not None:
+        raise ValueError(f"input generators train under the complete unlock only; schedule {schedule!r} uses none. "
+                         "Leave input_generators and input_alpha out, or use schedule 'complete' or 'ccomplete'")
     if checkpoint is not None and run is None:
         raise ValueError("a checkpoint needs run=, what identifies the run (settings and data), to resume from it")
     plan = Plan(schedule=schedule, steps=check_integer(steps, "steps"), start=0,
@@ -91,9 +109,15 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                 save_every=None if checkpoint is None or checkpoint_every is None
                 else check_integer(checkpoint_every, "checkpoint_every"),
                 staleness=check_integer(staleness, "staleness", minimum=0), timeline=timeline_steps,
-                alpha=check_learning_rate(alpha), loss_fn=loss_fn, classes=layers[-1].output_dim)
+                alpha=check_learning_rate(alpha), loss_fn=loss_fn, classes=layers[-1].output_dim,
+                input_alpha=input_alpha or 0.0)
     x_train, y_train, x_test, y_test = data
     _check_data(x_train, y_train, x_test, y_test, layers, check_integer(batch_size, "batch_size"))
+    if schedule in COMPLETE_SCHEDULES:  # refused here, in the driver, as the single-process step refuses it
+        onehot = np.eye(plan.classes, dtype=x_train.dtype)[y_train[:batch_size]]
+        check_input_generators(layers, input_generators, x_train[:batch_size],
+                               onehot if schedule == "ccomplete" else None)
+    network = list(layers) + input_generators  # what is trained, checkpointed and resumed
     history = new_history(schedule, workers)
     batches, losses = BatchOrder(len(x_train), batch_size, rng), []
     before = Diagnostics()  # what the sessions before this one recorded, up to the checkpoint it resumes from
@@ -103,7 +127,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
             progress(f"{label} {line}")
 
     session_start = time.time()
-    saved = resume_run(checkpoint, layers, run or {}, budget=plan.steps, batches=batches, history=history,
+    saved = resume_run(checkpoint, network, run or {}, budget=plan.steps, batches=batches, history=history,
                        progress=say)
     if saved is not None:
         history, losses = saved.metadata["history"], saved.metadata["loop"]["losses"]
@@ -112,7 +136,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
         say(f"resumed from {checkpoint} at iteration {plan.start} of {plan.steps}")
     start = session_start - history["wall_time"]
     stages = split_layers(len(layers), workers)
-    team = _workers(layers, stages, plan, data, batches, losses)
+    team = _workers(layers, input_generators, stages, plan, data, batches, losses)
 
     engine = LocalEngine() if engine is None else engine
     this_session: list[tuple[list[Event], dict[int, int]]] = []  # every worker's timeline and late targets
@@ -138,7 +162,7 @@ def train_parallel(layers: list[Any], data: Sequence[np.ndarray], *, schedule: s
                 step, arrays, loop = report.payload
                 states.setdefault(step, {})[report.worker] = (arrays, loop)
                 if len(states[step]) == workers:
-                    _gather(layers, stages, states.pop(step), rng, history, start, step, run, checkpoint, before)
+                    _gather(team, states.pop(step), rng, history, start, step, network, run, checkpoint, before)
             elif report.kind == "timeline":
                 this_session.append(report.payload)
             elif report.kind == "error":
@@ -204,32 +228,38 @@ def new_history(schedule: str, workers: int) -> dict[str, Any]:
             "evaluation_time": [], "wall_time": 0.0}
 
 
-def _workers(layers, stages, plan, data, batches, losses):
+def _workers(layers, input_generators, stages, plan, data, batches, losses):
     """A Worker per stage: the bottom one gets the training set, the test images and the batches; the top one the
-    test labels and the training losses since the last evaluation."""
+    test labels and the training losses since the last evaluation.
+
+    Under the complete unlock every worker draws the batches itself (a copy of the same order, so the same
+    batches) and holds the input generators of its layers' inputs (I_k for layer k, k >= 1).
+    """
     x_train, y_train, x_test, y_test = data
     bottom, top = 0, len(stages) - 1
+    every = bool(input_generators)
     return [Worker(k, len(stages), layers[stage.start:stage.stop], plan, first_layer=stage.start,
-                   train=(x_train, y_train) if k == bottom else None, test_x=x_test if k == bottom else None,
-                   batches=batches if k == bottom else None,
-                   test_y=y_test if k == top else None, losses=losses if k == top else None)
+                   train=(x_train, y_train) if k == bottom or every else None, test_x=x_test if k == bottom else None,
+                   batches=batches if k == bottom else copy.deepcopy(batches) if every else None,
+                   test_y=y_test if k == top else None, losses=losses if k == top else None,
+                   input_generators=[input_generators[i - 1] if i else None for i in stage] if every else None)
             for k, stage in enumerate(stages)]
 
 
-def _gather(layers, stages, states, rng, history, start, step, run, checkpoint, before):
-    """Copy every worker's reported arrays into ``layers``; write the checkpoint if there is one.
+def _gather(team, states, rng, history, start, step, network, run, checkpoint, before):
+    """Copy every worker's reported arrays into its modules, those of ``network``; write the checkpoint if there is one.
 
     The checkpoint also keeps the diagnostics up to ``step``: ``before`` (the sessions before this one)
     and what every worker has recorded in this one.
     """
-    for k, stage in enumerate(stages):
-        load_network_state(layers[stage.start:stage.stop], states[k][0])
-    bottom, top = states[0][1], states[len(stages) - 1][1]
+    for k, worker in enumerate(team):
+        load_network_state(worker.modules, states[k][0])
+    bottom, top = states[0][1], states[len(team) - 1][1]
     rng.bit_generator.state = bottom["rng"]
     if checkpoint is not None:
         history["wall_time"] = time.time() - start
         diagnostics = before.plus([(loop["timeline"], loop["stale_targets"]) for _, loop in states.values()])
-        save_run(checkpoint, layers, run, step=step, batches=bottom, history=history,
+        save_run(checkpoint, network, run, step=step, batches=bottom, history=history,
                  loop={"losses": top["losses"], **diagnostics.to_json()})
 
 
@@ -250,7 +280,7 @@ def _check_data(x_train, y_train, x_test, y_test, layers, batch_size):
 
 
 def _check_generators(blocks, schedule, classes):
-    condition_dim = classes if schedule == "cdni" else 0
+    condition_dim = classes if schedule in ("cdni", "ccomplete") else 0
     for k, block in enumerate(blocks):
         generator = getattr(block, "generator", None)
         if generator is None or getattr(generator, "condition_dim", None) != condition_dim:

@@ -45,6 +45,24 @@ with convergence guarantee")
     while this one forwards the next batch.  With ``staleness >= 1`` which targets come late
     depends on the machine's timing, so such runs differ from one another.
 
+``complete`` and ``ccomplete``, completely unlocked (:func:`sgrad.dni.steps.complete_unlock_step`, its numbered lines
+taken apart)
+    every worker draws batch t itself (the same :class:`~sgrad.training.batches.BatchOrder` as the
+    others), so it has x and c (ccomplete: the labels) at once.  Each of its layers above the network's
+    bottom takes a synthetic input ĥ = I(x, c) from an input generator the worker holds (line 1):
+    the worker above an interface owns that interface's I_k.  So it starts the step at once, waiting for
+    no forward pass below it (forward unlocked), and each block descends its ĝ at once (line 2: its
+    forward pass, then :meth:`~sgrad.dni.decoupled.DNIBlock.update_from_synthetic_gradient`); the top
+    worker runs the top on ĥ_m (lines 3 and 4).  The stage's last block sends its real h_k up, the
+    target of I_k above (line 6 there); the stage's bottom block sends δ at ĥ down with ĥ itself, where
+    M of the block below regresses its prediction at ĥ onto δ (line 5 there).  Inside a stage both
+    targets are the worker's own and are regressed onto at once.  The two that cross workers wait as
+    DNI's targets do: a generator regresses onto those that have come before it predicts batch t,
+    waiting only for those more than ``staleness`` batches old; a late one is regressed onto after the
+    generator has run once more on what was kept for its batch.  With ``staleness=0`` the run is
+    ``complete_unlock_step``'s, bit for bit: the worker above waits for h_k of batch t - 1, not of
+    batch t, so the two workers still run a step at the same time.
+
 ``flush(t)`` lets what is in flight land (delayed gradients, late targets) before a checkpoint
 and at the end, so that the state a worker reports is whole.
 """
@@ -196,5 +214,106 @@ class Decoupled:
             self.regress_late(through=t, newest=t)
 
 
+def synthetic_input(worker: Any, I_k: Any, x: np.ndarray, condition: np.ndarray | None) -> np.ndarray:
+    """Line 1 of the complete unlock: a layer's synthetic input ĥ_k = I_k(x, c), (batch, width)."""
+    with worker.timeline.record("synthetic input"):
+        return I_k.forward(x, condition)
+
+
+class CompleteUnlock:
+    """The complete unlock: every layer above the bottom steps on its synthetic input ĥ = I(x, c), every block on ĝ.
+
+    The calls are :func:`sgrad.dni.steps.complete_unlock_step` 's, numbered as its lines are.
+    """
+
+    def __init__(self, worker: Any) -> None:
+        self.worker = worker
+        self.kept: dict[int, Any] = {}  # batch u -> c, until δ and ĥ of the stage's last block come from above
+        self.batches: dict[int, tuple] = {}  # batch u -> (x, c), until the real h of the stage's input comes from below
+
+    def step(self, t: int) -> None:
+        w = self.worker
+        x, y = w.take_input(t)  # every worker draws the batch itself: it waits for nothing from below
+        condition = y if w.plan.schedule == "ccomplete" else None
+        if not w.is_bottom:
+            self.regress_inputs_late(through=t - 1 - w.plan.staleness, newest=t - 1)
+            self.batches[t] = (x, condition)
+        inputs = [x if I_k is None else synthetic_input(w, I_k, x, condition) for I_k in w.input_generators]
+        with w.timeline.record("forward"):
+            hs = [block.forward(h_in) for block, h_in in zip(w.blocks, inputs)]  # 2. h_k = f_k(ĥ_{k-1}), ...
+        if w.is_top:
+            g = w.top_gradient(forward(w, [w.top], inputs[-1])[0], y)  # 3. the top on ĥ_m
+            with w.timeline.record("backward"):
+                top_delta = w.top.backward(g)  # 4. δ_m at ĥ_m
+            with w.timeline.record("update"):
+                w.top.update(w.plan.alpha)
+        else:
+            w.send_up(t, hs[-1], y)  # the real h_k: the target of I_k above
+        for j, block in enumerate(w.blocks):
+            if j == len(w.blocks) - 1 and not w.is_top:
+                self.regress_gradients_late(through=t - 1 - w.plan.staleness, newest=t - 1)
+            with w.timeline.record("dni"):  # 2. ... ĝ_k = M_k(h_k, c); θ_k steps on ĝ_k
+                delta, _ = block.update_from_synthetic_gradient(hs[j], condition,
+                                                                input_delta=not (w.is_bottom and j == 0))
+            if j == 0:
+                w.send_down(t, delta, synthetic_input=None if w.is_bottom else inputs[0])
+            else:
+                self.regress(w.blocks[j - 1], delta, inputs[j], condition)  # 5. M_k(ĥ_k, c) onto δ_k
+        if w.is_top:
+            self.regress(w.blocks[-1], top_delta, inputs[-1], condition)
+        else:
+            self.kept[t] = condition
+        for j in range(1, len(w.input_generators)):
+            self.regress_input(j, hs[j - 1])  # 6. I_k(x, c) onto h_k
+
+    def regress(self, block: Any, target: np.ndarray, at: np.ndarray, condition: Any, *, late: int = 0) -> None:
+        """Line 5: M of ``block`` regresses its prediction at the synthetic input ``at`` onto ``target``."""
+        with self.worker.timeline.record("update"):
+            block.update_generator(target, h=at, condition=condition)
+        self.worker.stale_targets[late] = self.worker.stale_targets.get(late, 0) + 1
+
+    def regress_input(self, j: int, h: np.ndarray, *, late: int = 0, again: tuple | None = None) -> None:
+        """Line 6: the input generator of the stage's layer j regresses onto the real h; ``again``: its batch's (x, c)."""
+        w = self.worker
+        x, condition = again or (None, None)
+        with w.timeline.record("update"):
+            w.input_generators[j].update(h, w.plan.input_alpha, x=x, condition=condition)
+        w.stale_targets[late] = w.stale_targets.get(late, 0) + 1
+
+    def regress_gradients_late(self, through: int, newest: int) -> None:
+        """The stage's last block's M regresses onto the δ (and ĥ) that have come from above, oldest first.
+
+        It waits for those of batches up to ``through``; ``newest`` is the last batch it predicted for.  It
+        predicts once more, at ĥ, for every target, as line 5 does.
+        """
+        w = self.worker
+        for u in sorted(self.kept):
+            target = w.take_target(u, block=u <= through)
+            if target is None:
+                return
+            self.regress(w.blocks[-1], target, w.take_synthetic_input(u), self.kept.pop(u), late=newest - u)
+
+    def regress_inputs_late(self, through: int, newest: int) -> None:
+        """The stage's bottom input generator regresses onto the real h that have come from below, oldest first.
+
+        It waits for those of batches up to ``through``.  ``newest`` is the last batch it predicted for: its
+        forward caches are for that batch until a regression has used them; another batch is run forward again.
+        """
+        cached: int | None = newest
+        for u in sorted(self.batches):
+            h = self.worker.take_activation(u, block=u <= through)
+            if h is None:
+                return
+            kept = self.batches.pop(u)
+            self.regress_input(0, h, late=newest - u, again=None if u == cached else kept)
+            cached = None
+
+    def flush(self, t: int) -> None:
+        if not self.worker.is_top:
+            self.regress_gradients_late(through=t, newest=t)
+        if not self.worker.is_bottom:
+            self.regress_inputs_late(through=t, newest=t)
+
+
 SCHEDULES: dict[str, Any] = {"backprop": Backprop, "pipelined-backprop": PipelinedBackprop, "dni": Decoupled,
-                             "cdni": Decoupled}
+                             "cdni": Decoupled, "complete": CompleteUnlock, "ccomplete": CompleteUnlock}

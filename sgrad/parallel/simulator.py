@@ -4,7 +4,9 @@ The cost model, in seconds per batch:
 
 - :class:`BlockTimes` of each hidden block: ``forward``, ``backward`` (with the input delta, except
   for the network's bottom block, whose input is data), ``update`` (its descent step) and, for
-  DNI, ``generator`` (ĝ = M(h, c)) and ``regression`` (the generator's backward pass and step);
+  DNI, ``generator`` (ĝ = M(h, c)) and ``regression`` (the generator's backward pass and step); for
+  the complete unlock also ``synthetic_input`` (ĥ = I(x, c), the input generator that predicts this
+  block's output for the layer above) and ``input_regression`` (its backward pass and step);
 - ``top``: the top layer's forward pass, the loss, its backward pass and its step;
 - ``transfer``: from a worker's send to the message's arrival at the neighbour.  Sending costs the
   sender nothing (the engines send in the background);
@@ -26,12 +28,13 @@ schedules' own code (:mod:`sgrad.parallel.schedules`): :func:`programs` runs a s
 on workers whose blocks cost their :class:`BlockTimes` instead of computing (:class:`CostedWorker`),
 and notes what each one computes, sends and waits for.  The throughput is that of the steady
 state: batches per second at which the top worker finishes steps in the second half of the run.
-DNI is modelled with ``staleness=0``, whose waits the schedule fixes (with more, they depend on
-timing).
+DNI and the complete unlock are modelled with ``staleness=0``, whose waits the schedule fixes (with more,
+they depend on timing).
 
 What it shows, e.g.: under DNI a worker sends batch t+1 up before it waits for batch t's target,
 so two batches are in flight and each round trip to the worker above is shared between two steps;
-under locked backprop every message lies on the critical path.
+under the complete unlock the worker above starts batch t without batch t's h, so no forward pass below
+lies on its path either; under locked backprop every message lies on the critical path.
 """
 
 import contextlib
@@ -45,6 +48,8 @@ from ..argument_checks import check_choice, check_integer, check_number
 from .schedules import SCHEDULES
 from .worker import split_layers
 
+COMPLETE = ("complete", "ccomplete")  # the schedules whose workers hold input generators and draw the batches
+
 Operation = tuple  # ('compute', seconds) | ('send', key) | ('receive', key) | ('done', step)
 
 
@@ -54,6 +59,8 @@ class BlockTimes(NamedTuple):
     update: float
     generator: float = 0.0
     regression: float = 0.0
+    synthetic_input: float = 0.0
+    input_regression: float = 0.0
 
 
 def throughput(schedule: str, blocks: Sequence[BlockTimes], top: float, workers: int, *, transfer: float = 0.0,
@@ -164,8 +171,8 @@ def _check_times(blocks, top):
     checked = []
     for j, times in enumerate(blocks):
         if not isinstance(times, BlockTimes):
-            raise TypeError(f"blocks[{j}] must be a BlockTimes(forward, backward, update, generator, regression); "
-                            f"got {times!r}")
+            raise TypeError(f"blocks[{j}] must be a BlockTimes(forward, backward, update, generator, regression, "
+                            f"synthetic_input, input_regression); got {times!r}")
         checked.append(BlockTimes(*(check_number(value, f"blocks[{j}].{field} (seconds)", at_least=0,
                                                  example="0.002") for field, value in zip(BlockTimes._fields, times))))
     return checked, check_number(top, "top (seconds)", at_least=0, example="0.001")
@@ -199,9 +206,13 @@ def programs(schedule: str, blocks: Sequence[BlockTimes], top: float, workers: i
 
     The schedule's own ``step`` runs on a :class:`CostedWorker`; a step's operations end with ``('done', t)``.
     """
-    stages = [[j for j in stage if j < len(blocks)] for stage in split_layers(len(blocks) + 1, workers)]
-    return [_program(schedule, CostedWorker(k, [[blocks[j] for j in stage] for stage in stages], top, schedule),
-                     steps) for k in range(workers)]
+    layers = split_layers(len(blocks) + 1, workers)
+    stages = [[j for j in stage if j < len(blocks)] for stage in layers]
+    # The complete unlock: layer i >= 1 takes ĥ_i from the input generator of block i - 1's output.
+    inputs = [[None if i == 0 else blocks[i - 1] for i in stage] for stage in layers]
+    return [_program(schedule, CostedWorker(k, [[blocks[j] for j in stage] for stage in stages], top, schedule,
+                                            inputs=inputs[k] if schedule in COMPLETE else None), steps)
+            for k in range(workers)]
 
 
 def _program(schedule, worker, steps):
@@ -219,24 +230,38 @@ class CostedWorker:
     Its blocks and top layer (:class:`CostedBlock`) cost time instead of computing.  It notes each
     operation that a schedule's step makes through it: a computation, a message sent, a message
     waited for.  Messages carry nothing, and a target is always there to take: every wait is a
-    blocking one, as under DNI with ``staleness=0``.
+    blocking one, as under DNI with ``staleness=0``.  ``inputs``: under the complete unlock, for each
+    layer of the stage the times of the block whose output its input generator predicts (None for the
+    network's bottom layer); the worker then draws every batch itself.
     """
 
-    def __init__(self, k: int, stages: list[list[BlockTimes]], top: float, schedule: str) -> None:
+    def __init__(self, k: int, stages: list[list[BlockTimes]], top: float, schedule: str, *,
+                 inputs: list[BlockTimes | None] | None = None) -> None:
         self.index, self.count = k, len(stages)
         self.is_bottom, self.is_top = k == 0, k == len(stages) - 1
         self.operations: list[Operation] = []
         self.blocks = [CostedBlock(times, self.operations) for times in stages[k]]
         self.top = CostedBlock(BlockTimes(top, 0.0, 0.0), self.operations) if self.is_top else None
         self.layers = self.blocks + ([self.top] if self.top else [])
-        self.plan = SimpleNamespace(schedule=schedule, staleness=0, alpha=0.0)
+        self.input_generators = [None if times is None else CostedInputGenerator(times, self.operations)
+                                 for times in inputs or []]
+        self.draws_batches = inputs is not None
+        self.plan = SimpleNamespace(schedule=schedule, staleness=0, alpha=0.0, input_alpha=0.0)
         self.timeline = SimpleNamespace(record=lambda kind: contextlib.nullcontext())
         self.stale_targets: dict[int, int] = {}
 
     def take_input(self, t: int) -> tuple[None, None]:
-        if not self.is_bottom:
+        if not (self.is_bottom or self.draws_batches):
             self.operations.append(("receive", ("activation", self.index, t)))
         return None, None
+
+    def take_activation(self, t: int, *, block: bool = True) -> float:
+        self.operations.append(("receive", ("activation", self.index, t)))
+        return 0.0
+
+    def take_synthetic_input(self, t: int) -> float:
+        self.operations.append(("receive", ("synthetic input", self.index, t)))
+        return 0.0
 
     def send_up(self, t: int, h: Any, y: Any) -> None:
         self.operations.append(("send", ("activation", self.index + 1, t)))
@@ -245,8 +270,10 @@ class CostedWorker:
         self.operations.append(("receive", ("target", self.index, t)))
         return 0.0
 
-    def send_down(self, t: int, delta: Any) -> None:
+    def send_down(self, t: int, delta: Any, *, synthetic_input: Any = None) -> None:
         if not self.is_bottom:
+            if synthetic_input is not None:
+                self.operations.append(("send", ("synthetic input", self.index - 1, t)))
             self.operations.append(("send", ("target", self.index - 1, t)))
 
     def top_gradient(self, output: Any, y: Any) -> None:
@@ -264,22 +291,40 @@ class CostedBlock:
         self.times, self.operations = times, operations
 
     def forward(self, x: Any) -> None:
-        self._costs(self.times.forward)
+        costs(self.operations, self.times.forward)
 
     def backward(self, delta: Any, *, input_delta: bool = True) -> None:
-        self._costs(self.times.backward)
+        costs(self.operations, self.times.backward)
 
     def update(self, alpha: float) -> None:
-        self._costs(self.times.update)
+        costs(self.operations, self.times.update)
 
     def update_from_synthetic_gradient(self, h: Any, condition: Any, *, input_delta: bool = True) -> tuple[None, None]:
-        self._costs(self.times.generator + self.times.backward + self.times.update)
+        costs(self.operations, self.times.generator + self.times.backward + self.times.update)
         return None, None
 
     def update_generator(self, target: Any, *, h: Any = None, condition: Any = None) -> None:
-        self._costs(self.times.regression + (0.0 if h is None else self.times.generator))
+        costs(self.operations, self.times.regression + (0.0 if h is None else self.times.generator))
 
-    def _costs(self, seconds: float) -> None:
-        if self.operations and self.operations[-1][0] == "compute":  # computations in a row are one
-            seconds += self.operations.pop()[1]
-        self.operations.append(("compute", seconds))
+
+class CostedInputGenerator:
+    """An input generator I_k whose calls cost the times of block k, whose output it predicts: ``synthetic_input``
+    for ĥ = I_k(x, c), ``input_regression`` for its step onto h_k, and the prediction once more when it is given the
+    batch's x.  Its ĥ is a stand-in, 0.0, that the schedule sends down as it sends a real one."""
+
+    def __init__(self, times: BlockTimes, operations: list[Operation]) -> None:
+        self.times, self.operations = times, operations
+
+    def forward(self, x: Any, condition: Any = None) -> float:
+        costs(self.operations, self.times.synthetic_input)
+        return 0.0
+
+    def update(self, h: Any, alpha: float, *, x: Any = None, condition: Any = None) -> None:
+        costs(self.operations, self.times.input_regression + (0.0 if x is None else self.times.synthetic_input))
+
+
+def costs(operations: list[Operation], seconds: float) -> None:
+    """Append ``('compute', seconds)`` to ``operations``; computations in a row are one."""
+    if operations and operations[-1][0] == "compute":
+        seconds += operations.pop()[1]
+    operations.append(("compute", seconds))

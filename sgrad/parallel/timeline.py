@@ -3,9 +3,10 @@
 An event is ``(worker, kind, step, start, end)``: kind is ``'forward'`` (a block's forward pass),
 ``'backward'`` (a block's backward pass), ``'update'`` (a descent step: a block's, or a generator's
 regression onto its target), ``'dni'`` (a block's synthetic update: ĝ = M(h, c), its backward pass
-and the block's step on it) or ``'wait'`` (blocked on a message from another worker); step is the
-worker's step when it happened (a delayed gradient or a late target of an earlier batch counts in
-the step that applies it); start and end are ``time.time()`` seconds, so that the events of
+and the block's step on it), ``'synthetic input'`` (the complete unlock's ĥ = I(x, c) for the stage's
+layers; an input generator's regression is an ``'update'``) or ``'wait'`` (blocked on a message from
+another worker); step is the worker's step when it happened (a delayed gradient or a late target of
+an earlier batch counts in the step that applies it); start and end are ``time.time()`` seconds, so that the events of
 workers in different processes line up.
 """
 
@@ -14,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import NamedTuple
 
-KINDS = ("forward", "backward", "update", "dni", "wait")
+KINDS = ("forward", "backward", "update", "dni", "synthetic input", "wait")
 
 
 class Event(NamedTuple):

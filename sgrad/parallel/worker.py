@@ -43,7 +43,7 @@ def split_layers(layers: int, workers: int) -> list[range]:
 class Plan:
     """What every worker of a run knows.
 
-    schedule : 'backprop', 'pipelined-backprop', 'dni' or 'cdni'.
+    schedule : 'backprop', 'pipelined-backprop', 'dni', 'cdni', 'complete' or 'ccomplete'.
     steps, start : the run ends after step ``steps``; ``start`` steps were done before (a resumed run).
     eval_every : the test set goes through the pipeline after every this many steps, and after the last.
     save_every : every worker reports its state every this many steps (None: only after the last).
@@ -51,6 +51,7 @@ class Plan:
         target of an earlier one (0: none; the run is then the single-process DNI step's, bit for bit).
     timeline : the first and last steps whose events are recorded.
     alpha : the learning rate of the top layer and, under backprop, of every layer.
+    input_alpha : the complete unlock: the learning rate of every input generator I_k.
     loss_fn : ``loss_fn(output, y) -> (L, dL/doutput)``, summed over the batch.
     classes : the width of the one-hot labels.
     """
@@ -65,6 +66,7 @@ class Plan:
     alpha: float
     loss_fn: Callable[[np.ndarray, np.ndarray], tuple[Any, np.ndarray]]
     classes: int
+    input_alpha: float = 0.0
 
 
 class Worker:
@@ -74,12 +76,15 @@ class Worker:
     The bottom worker (index 0) gets ``train = (x_train, y_train)`` (y: integer labels), ``test_x``
     and ``batches``; the top worker gets ``test_y`` and ``losses`` (the training losses since the
     last evaluation, on a resumed run).  ``blocks`` are the hidden blocks, ``top`` the top layer
-    (None below the top).
+    (None below the top).  Under the complete unlock every worker gets ``train`` and its own copy of
+    ``batches``, and ``input_generators``: one per layer of the stage, the I_k that predicts the
+    layer's input (None for the network's bottom layer, whose input is data).
     """
 
     def __init__(self, index: int, count: int, layers: list[Any], plan: Plan, *, first_layer: int = 0,
                  train: tuple | None = None, test_x: np.ndarray | None = None, batches: BatchOrder | None = None,
-                 test_y: np.ndarray | None = None, losses: list[float] | None = None) -> None:
+                 test_y: np.ndarray | None = None, losses: list[float] | None = None,
+                 input_generators: list[Any] | None = None) -> None:
         self.index, self.count, self.layers, self.plan = index, count, layers, plan
         self.first_layer = first_layer  # the index in the network of this stage's first layer
         self.is_bottom, self.is_top = index == 0, index == count - 1
@@ -87,7 +92,10 @@ class Worker:
         self.top = layers[-1] if self.is_top else None
         self.train, self.test_x, self.batches = train, test_x, batches
         self.test_y, self.losses = test_y, list(losses or [])
-        self.stale_targets: dict[int, int] = {}  # DNI: how many targets came this many steps late
+        self.input_generators = list(input_generators or [])
+        # What the worker trains, and reports at a checkpoint: its layers, then its input generators.
+        self.modules = self.layers + [I_k for I_k in self.input_generators if I_k is not None]
+        self.stale_targets: dict[int, int] = {}  # DNI, complete unlock: how many targets came this many steps late
         self.step = plan.start
 
     def run(self, source: Source, send: Callable[[int, Message], Any], report: Callable[[Report], Any]) -> None:
@@ -110,7 +118,7 @@ class Worker:
                     if t % self.plan.eval_every == 0 or t == self.plan.steps:
                         self.evaluate(t)
                     if saving:
-                        self.report(Report("state", self.index, (t, network_state(self.layers), self.loop_state())))
+                        self.report(Report("state", self.index, (t, network_state(self.modules), self.loop_state())))
             self.report(Report("timeline", self.index, (self.timeline.events, self.stale_targets)))
             self.report(Report("done", self.index))
         except Exception as error:
@@ -141,13 +149,35 @@ class Worker:
                 message = self.inbox.take("target", t)
         return None if message is None else message.array
 
+    def take_activation(self, t: int, *, block: bool = True) -> np.ndarray | None:
+        """The complete unlock: h for batch t from the worker below; None if ``block=False`` and it has not come yet."""
+        if not block:
+            message = self.inbox.take("activation", t, block=False)
+        else:
+            with self.timeline.record("wait"):
+                message = self.inbox.take("activation", t)
+        return None if message is None else message.array
+
+    def take_synthetic_input(self, t: int) -> np.ndarray:
+        """The complete unlock: ĥ for batch t, at which the worker above computed the δ it sent (sent before δ)."""
+        with self.timeline.record("wait"):
+            message = self.inbox.take("synthetic input", t)
+        assert message is not None
+        return message.array
+
     def send_up(self, t: int, h: np.ndarray, y: np.ndarray) -> None:
         self.send(self.index + 1, Message("activation", t, h, y))
 
-    def send_down(self, t: int, delta: np.ndarray | None) -> None:
-        """δ for batch t to the worker below; the bottom worker has none (its input is data: ``delta`` is None)."""
-        if delta is not None:
-            self.send(self.index - 1, Message("target", t, delta))
+    def send_down(self, t: int, delta: np.ndarray | None, *, synthetic_input: np.ndarray | None = None) -> None:
+        """δ for batch t to the worker below; the bottom worker has none (its input is data: ``delta`` is None).
+
+        Under the complete unlock, ``synthetic_input`` is the ĥ at which δ was computed; it goes first.
+        """
+        if delta is None:
+            return
+        if synthetic_input is not None:
+            self.send(self.index - 1, Message("synthetic input", t, synthetic_input))
+        self.send(self.index - 1, Message("target", t, delta))
 
     def top_gradient(self, output: np.ndarray, y: np.ndarray) -> np.ndarray:
         """dL/doutput of the top layer's output (batch, classes); the loss per example is kept for the history."""
