@@ -16,7 +16,7 @@ from sgrad.parallel import SCHEDULE_NAMES
 
 SGRAD = Path(sys.executable).parent / "sgrad"
 TINY = ["--iterations", "6", "--eval-every", "3", "--hidden", "16", "--generator-hidden", "8", "--batch-size", "8",
-        "--workers", "1,2", "--budget", "1000", "--no-verify", "--dtype", "float64"]
+        "--workers", "1,2", "--budget", "1000", "--no-verify", "--dtype", "float64", "--schedules", ",".join(SCHEDULE_NAMES)]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
@@ -30,6 +30,12 @@ def tiny(tmp_path_factory):
     cwd = tmp_path_factory.mktemp("parallel")
     result = run_parallel(cwd, *TINY, "--data", str(tiny_mnist(cwd)), "--out", "out")
     return result, cwd / "out", cwd
+
+
+def test_the_default_schedules_leave_the_complete_unlock_out():
+    help_text = subprocess.run([sys.executable, "-m", "sgrad", "parallel", "--help"], capture_output=True, text=True,
+                               check=True).stdout
+    assert "(default: backprop,pipelined-backprop,dni,cdni;" in " ".join(help_text.split())
 
 
 def table_rows(stdout):

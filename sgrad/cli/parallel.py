@@ -18,6 +18,9 @@ def _worker_counts(text: str) -> tuple[int, ...]:
     return whole_numbers(text, "numbers of workers", "1,2", 1)
 
 
+DEFAULT_SCHEDULES = tuple(name for name in SCHEDULE_NAMES if name not in ("complete", "ccomplete"))
+
+
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add ``sgrad parallel``'s parser, with its arguments, to ``subparsers``."""
     parser = subparsers.add_parser(
@@ -27,8 +30,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                     "by each schedule on each number of workers, from the same initial weights on the same batches; "
                     "finished runs are cached in --out and the running one is checkpointed, so an interrupted "
                     f"comparison resumes. Writes {WRITES['parallel']}.")
-    parser.add_argument("--schedules", type=subset_of(SCHEDULE_NAMES), default=SCHEDULE_NAMES,
-                        help=f"comma-separated subset of {','.join(SCHEDULE_NAMES)} (default: all)")
+    parser.add_argument("--schedules", type=subset_of(SCHEDULE_NAMES), default=DEFAULT_SCHEDULES,
+                        help=f"comma-separated subset of {','.join(SCHEDULE_NAMES)} (default: "
+                             f"{','.join(DEFAULT_SCHEDULES)}; the complete unlock's input generators double a run)")
     parser.add_argument("--workers", type=_worker_counts, default=(1, 2),
                         help="comma-separated numbers of workers, at most --depth - 1 each (default 1,2)")
     parser.add_argument("--staleness", type=whole_number(0), default=0,
