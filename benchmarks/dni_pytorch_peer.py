@@ -54,7 +54,8 @@ What the adapter changes in an example's ``main.py``, and nothing else (the same
 ``accuracy`` trains one run at a time, each in a process of the peer's environment, and prints a table of the
 final test accuracies; with ``--out`` it writes each run's record, ``METHOD-seedSEED.json``, as the run ends: the
 example, method, seed, batch size, rate, budget, the test accuracy after each test (each epoch's with
-``--epochs``), the final one, the training seconds (``train()`` only) and the wall seconds of the whole run.
+``--epochs``), the final one, the seconds in the example's ``train()`` and the wall seconds of the whole run (from
+loading the example and its data to the last test), and PyTorch's version.
 
 ``time`` measures step compute against step compute: the peer's own ``train()`` on one fixed batch, repeated,
 in a process of the peer's environment, against sgrad's step on the same batch in this process, the two
