@@ -1,44 +1,68 @@
-"""The peer koz4k/dni-pytorch's MNIST MLP example, run as its authors wrote it, beside ``sgrad paper``.
+"""The peer koz4k/dni-pytorch's MNIST examples, run as its authors wrote them, beside ``sgrad paper``.
 
 The peer's code is never part of sgrad: fetch it yourself (https://github.com/koz4k/dni-pytorch) and make it a
 Python environment of its own with PyTorch and NumPy (``python3 -m venv venv-torch; venv-torch/bin/pip install
 torch numpy``; torchvision is not needed).  Then::
 
-    python benchmarks/dni_pytorch_peer.py accuracy --peer PATH --peer-python VENV/bin/python \\
-        --methods backprop,dni,cdni --seeds 0,1,2 --iterations 5000 [--data mnist.npz] [--out folder]
-    python benchmarks/dni_pytorch_peer.py time --peer PATH --peer-python VENV/bin/python --methods dni,cdni \\
-        [--sgrad-setting peer --sgrad-setting "peer, every block"]
+    python benchmarks/dni_pytorch_peer.py accuracy --peer PATH --peer-python VENV/bin/python [--example mlp] \\
+        --methods backprop,dni,cdni --seeds 0,1,2 [--iterations 5000 | --epochs 10] [--data mnist.npz] [--out folder]
+    python benchmarks/dni_pytorch_peer.py time --peer PATH --peer-python VENV/bin/python [--example mlp] \\
+        --methods dni,cdni [--sgrad-setting peer --sgrad-setting "peer, every block"]
 
 ``--peer`` (or ``$DNI_PYTORCH``) is the peer's folder (the one holding ``dni.py``); ``--peer-python`` (or
 ``$DNI_PYTORCH_PYTHON``) the interpreter of its environment.  MNIST comes from ``--data``, else
 ``$SGRAD_DATA_DIR/mnist.npz``.
 
-What the adapter changes in the peer's ``examples/mnist-mlp/main.py``, and nothing else:
+The examples (``--example``) and their methods (``--methods``), each method the example's own flags:
 
-1. **Data loading.** The example reads MNIST through torchvision.  A stand-in ``torchvision`` module (below) gives it
-   ``datasets.MNIST``, which reads the local ``mnist.npz`` instead of downloading, and ``transforms.ToTensor`` and
-   ``transforms.Normalize``, which do what torchvision's do (pixel / 255 as a (1, 28, 28) float32 tensor, then
+- ``mlp``, ``examples/mnist-mlp/main.py``: 784-256-256-10 with batch norm, one ``BackwardInterface`` after the
+  second hidden layer's batch norm.  ``backprop`` (no flag), ``dni`` (``--dni``), ``cdni`` (``--dni --context``).
+  Its budget here is the MLP page's: batch 256, 5,000 iterations.
+- ``cnn``, ``examples/mnist-cnn/main.py``: two 5×5 convolutions with batch norm, a ``BackwardInterface`` with a
+  convolutional synthesizer after the second, then 320-50-10.  ``backprop``, ``dni`` (``--dni``), ``cdni``
+  (``--dni --context``).  The example's own budget: batch 64, 10 epochs.
+- ``full-unlock``, ``examples/mnist-full-unlock/main.py``: the MLP with a ``BidirectionalInterface`` after the
+  second hidden layer's batch norm: a forward synthesizer predicts that activation from the input x, and the
+  layers above train on its prediction.  ``backprop`` (no flag), ``complete`` (the complete unlock, ``--dni``),
+  ``ccomplete`` (the same conditioned on the label, ``--dni --context``).  The example's own budget: batch 64,
+  10 epochs.
+
+Every example keeps its own settings: Adam at ``--lr`` (1e-3) for every parameter, its own MNIST normalisation,
+its own initial weights, dropout and batch norm.  Every run uses one thread (``torch.set_num_threads(1)``).
+
+What the adapter changes in an example's ``main.py``, and nothing else (the same in all three):
+
+1. **Data loading.** The examples read MNIST through torchvision.  A stand-in ``torchvision`` module (below) gives
+   them ``datasets.MNIST``, which reads the local ``mnist.npz`` instead of downloading, and ``transforms.ToTensor``
+   and ``transforms.Normalize``, which do what torchvision's do (pixel / 255 as a (1, 28, 28) float32 tensor, then
    ``(x - mean) / std`` with the example's own constants 0.1307 and 0.3081), applied to a whole split at once.
    The example's ``DataLoader`` calls (batch size, shuffling, the last short batch of each epoch) are its own.
-2. **Budget.** ``--seed`` is the example's own option (it seeds ``torch.manual_seed``, hence the initial weights
-   and the batch order).  The example trains for ``--epochs`` and tests after each; here its last three lines (the
-   epoch loop) are left out, and the adapter calls the example's own ``train(epoch)`` until ``--iterations``
-   batches are done (the last epoch stops part-way), then its own ``test()`` once.  ``--log-interval`` (the
-   example's option) is set high, so it logs only each epoch's first batch.
+2. **Budget.** ``--seed`` is the example's own option (it seeds ``torch.manual_seed``, hence the initial weights,
+   the dropout masks and the batch order).  The example's last three lines, its epoch loop, are left out and the
+   adapter calls the example's own ``train(epoch)`` and ``test()`` instead: with ``--epochs``, as that loop does
+   (``train(epoch)`` then ``test()`` for each epoch, so the test loader's shuffle draws from the random state
+   between epochs as in the example); with ``--iterations``, ``train(epoch)`` until that many batches are done
+   (the last epoch stops part-way), then ``test()`` once.  ``--log-interval`` (the example's option) is set high,
+   so it logs only each epoch's first batch.
 3. **Current PyTorch.** ``loss.data[0]`` (twice, in the example's log and test lines) becomes ``loss.item()``:
-   a 0-dim tensor can no longer be indexed.  It changes no number.  (``volatile=True`` is now ignored with a
-   warning, and ``size_average=False`` still means a summed loss: both left as they are.)
+   a 0-dim tensor can no longer be indexed.  It changes no number.  Left as they are, because current PyTorch
+   still runs them and they change no number: ``volatile=True`` (now ignored, with a warning),
+   ``size_average=False`` (still a summed loss), ``F.log_softmax`` without ``dim`` (a warning; it takes dim 1 of
+   the (batch, 10) logits), ``nn.init.constant`` in the CNN's synthesizer and in ``dni.py`` (a deprecation
+   warning), and ``ctx.saved_variables`` in ``dni.py`` (a deprecation warning).  ``dni.py`` is not edited.
 
-The methods: ``backprop`` is the example with no flag, ``dni`` is ``--dni``, ``cdni`` is ``--dni --context``.
-The example's own settings stay: Adam at ``--lr`` for every parameter, batch ``--batch-size``, one synthesizer
-after the second hidden layer's batch norm (before its ReLU), batch norm on the logits.  Every run uses
-one thread (``torch.set_num_threads(1)``).
+``accuracy`` trains one run at a time, each in a process of the peer's environment, and prints a table of the
+final test accuracies; with ``--out`` it writes each run's record, ``METHOD-seedSEED.json``, as the run ends: the
+example, method, seed, batch size, rate, budget, the test accuracy after each test (each epoch's with
+``--epochs``), the final one, the seconds in the example's ``train()`` and the wall seconds of the whole run (from
+loading the example and its data to the last test), and PyTorch's version.
 
 ``time`` measures step compute against step compute: the peer's own ``train()`` on one fixed batch, repeated,
 in a process of the peer's environment, against sgrad's step on the same batch in this process, the two
-processes alternating round by round; it prints the median over rounds of the ratio within a round.  With
-``--sgrad-setting`` given more than once, each setting takes its turn in every round, and the table also
-gives each setting's time against the first's.
+processes alternating round by round; it prints the median over rounds of the ratio within a round.  sgrad's
+step comes from ``SGRAD_SETTINGS`` (by default the settings that stand beside ``--example``); with
+``--sgrad-setting`` given more than once, each setting takes its turn in every round, and the table also gives
+each setting's time against the first's.
 """
 
 import os
@@ -47,6 +71,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy loads: one th
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import re
@@ -54,19 +79,51 @@ import subprocess
 import sys
 import time
 import types
+from collections.abc import Callable
 
 import numpy as np
 
-EXAMPLE = pathlib.Path("examples", "mnist-mlp", "main.py")
-METHOD_FLAGS = {"backprop": [], "dni": ["--dni"], "cdni": ["--dni", "--context"]}
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """One of the peer's MNIST examples: its file, its methods (each its flags) and the budget it runs at here."""
+
+    path: pathlib.Path
+    methods: dict
+    batch_size: int
+    iterations: int | None = None
+    epochs: int | None = None
+
+
+UPDATE_UNLOCK = {"backprop": [], "dni": ["--dni"], "cdni": ["--dni", "--context"]}
+EXAMPLES = {
+    "mlp": Example(pathlib.Path("examples", "mnist-mlp", "main.py"), UPDATE_UNLOCK, batch_size=256,
+                   iterations=5000),
+    "cnn": Example(pathlib.Path("examples", "mnist-cnn", "main.py"), UPDATE_UNLOCK, batch_size=64, epochs=10),
+    "full-unlock": Example(pathlib.Path("examples", "mnist-full-unlock", "main.py"),
+                           {"backprop": [], "complete": ["--dni"], "ccomplete": ["--dni", "--context"]},
+                           batch_size=64, epochs=10),
+}
+ALL_METHODS = list(dict.fromkeys(method for example in EXAMPLES.values() for method in example.methods))
 # (what the example says, what the adapter runs instead, how many times it must occur): item 3 of the docstring,
-# and the epoch loop that item 2 replaces.
+# and the epoch loop that item 2 replaces.  The three examples share these lines word for word.
 SUBSTITUTIONS = [
     ("loss.data[0]))", "loss.item()))", 1),
     ("size_average=False).data[0]", "size_average=False).item()", 1),
     ("for epoch in range(1, args.epochs + 1):\n    train(epoch)\n    test()\n", "", 1),
 ]
 ACCURACY = re.compile(r"Accuracy: (\d+)/(\d+)")
+
+
+def adapted_source(source, where="the example"):
+    """The example's text with ``SUBSTITUTIONS`` made, or exit in one line if it is not the text they expect."""
+    for old, new, count in SUBSTITUTIONS:
+        found = source.count(old)
+        if found != count:
+            raise SystemExit(f"dni_pytorch_peer: {where} is not the version this adapter knows: "
+                             f"{old!r} occurs {found} times, expected {count}")
+        source = source.replace(old, new)
+    return source
 
 
 # ----------------------------------------------------------------------------- inside the peer's environment
@@ -151,64 +208,78 @@ class Repeat:
             yield self.batch
 
 
-def load_example(peer, npz_path, argv):
-    """Execute the example's module-level code (data, model, optimizer; not its epoch loop); returns its namespace."""
+def load_example(peer, example, npz_path, argv):
+    """Execute ``example``'s module-level code (data, model, optimizer; not its epoch loop); returns its namespace."""
     import torch
 
     torch.set_num_threads(1)
-    source = (peer / EXAMPLE).read_text()
-    for old, new, count in SUBSTITUTIONS:
-        found = source.count(old)
-        if found != count:
-            raise SystemExit(f"dni_pytorch_peer: {peer / EXAMPLE} is not the version this adapter knows: "
-                             f"{old!r} occurs {found} times, expected {count}")
-        source = source.replace(old, new)
+    path = peer / EXAMPLES[example].path
+    source = adapted_source(path.read_text(), str(path))
     sys.modules["torchvision"] = stand_in_torchvision(npz_path)
     sys.path.insert(0, str(peer))  # the example's `import dni`
-    sys.argv = [str(peer / EXAMPLE), *argv]
-    namespace = {"__name__": "peer_example", "__file__": str(peer / EXAMPLE)}
-    exec(compile(source, str(peer / EXAMPLE), "exec"), namespace)
+    sys.argv = [str(path), *argv]
+    namespace = {"__name__": "peer_example", "__file__": str(path)}
+    exec(compile(source, str(path), "exec"), namespace)
     return namespace
 
 
-def peer_train(peer, npz_path, method, seed, iterations, batch_size, lr):
-    """Train as the example does for ``iterations`` batches, test once; print one JSON line."""
+def example_argv(example, method, seed, batch_size, lr):
+    return ["--batch-size", str(batch_size), "--lr", str(lr), "--seed", str(seed), "--log-interval", "1000000",
+            *EXAMPLES[example].methods[method]]
+
+
+def peer_train(peer, example, npz_path, method, seed, batch_size, lr, iterations=None, epochs=None):
+    """Train as the example does, for ``epochs`` (testing after each) or ``iterations`` batches (testing once at
+    the end); print the run's record as one JSON line."""
     import contextlib
     import io
 
-    argv = ["--batch-size", str(batch_size), "--lr", str(lr), "--seed", str(seed), "--log-interval", "1000000",
-            *METHOD_FLAGS[method]]
-    example = load_example(peer, npz_path, argv)
-    budget = example["train_loader"] = Budget(example["train_loader"], iterations)
+    import torch
+
+    began = time.perf_counter()
+    namespace = load_example(peer, example, npz_path, example_argv(example, method, seed, batch_size, lr))
+    loader = namespace["train_loader"]
+    if iterations is not None:
+        budget = namespace["train_loader"] = Budget(loader, iterations)
     log = io.StringIO()
-    start = time.perf_counter()
-    epoch = 0
-    with contextlib.redirect_stdout(log):
-        while budget.left:
-            epoch += 1
-            example["train"](epoch)
-        train_seconds = time.perf_counter() - start
-        example["test"]()
-    correct, total = map(int, ACCURACY.findall(log.getvalue())[-1])
-    print(json.dumps({"method": method, "seed": seed, "iterations": iterations, "epochs": epoch,
-                      "test_accuracy": correct / total, "train_seconds": train_seconds}))
+    tests, train_seconds, epoch, done = [], 0.0, 0, 0
+
+    def test():
+        with contextlib.redirect_stdout(log):
+            namespace["test"]()
+        correct, total = map(int, ACCURACY.findall(log.getvalue())[-1])
+        tests.append({"epoch": epoch, "iterations": done, "test_accuracy": correct / total})
+
+    while (budget.left > 0) if iterations is not None else (epoch < epochs):
+        epoch += 1
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(log):
+            namespace["train"](epoch)
+        train_seconds += time.perf_counter() - start
+        done = iterations - budget.left if iterations is not None else epoch * len(loader)
+        if iterations is None:
+            test()
+    if iterations is not None:
+        test()
+    print(json.dumps({"example": example, "method": method, "seed": seed, "batch_size": batch_size, "lr": lr,
+                      "iterations": done, "epochs": epoch, "tests": tests,
+                      "test_accuracy": tests[-1]["test_accuracy"], "train_seconds": train_seconds,
+                      "seconds": time.perf_counter() - began, "torch": torch.__version__}))
 
 
-def peer_serve(peer, npz_path, method, batch_size, lr):
+def peer_serve(peer, example, npz_path, method, batch_size, lr):
     """Answer each line ``n`` on stdin with the seconds of ``n`` of the example's own training steps on one batch."""
-    argv = ["--batch-size", str(batch_size), "--lr", str(lr), "--seed", "0", "--log-interval", "1000000",
-            *METHOD_FLAGS[method]]
-    example = load_example(peer, npz_path, argv)
-    loader = example["train_loader"]
+    namespace = load_example(peer, example, npz_path, example_argv(example, method, 0, batch_size, lr))
+    loader = namespace["train_loader"]
     data, target = next(iter(loader))
     print(json.dumps({"ready": True, "batch": list(data.shape)}), flush=True)
     with open(os.devnull, "w") as quiet:
         for line in sys.stdin:
             calls = int(line)
-            example["train_loader"] = Repeat(loader.dataset, (data, target), calls)
+            namespace["train_loader"] = Repeat(loader.dataset, (data, target), calls)
             saved, sys.stdout = sys.stdout, quiet  # the example logs its first batch
             start = time.perf_counter()
-            example["train"](1)
+            namespace["train"](1)
             seconds = time.perf_counter() - start
             sys.stdout = saved
             print(json.dumps({"seconds": seconds}), flush=True)
@@ -220,9 +291,10 @@ def peer_paths(args):
     """``(peer folder, peer interpreter)``, or exit with one line saying what is missing."""
     peer = args.peer or os.environ.get("DNI_PYTORCH")
     python = args.peer_python or os.environ.get("DNI_PYTORCH_PYTHON")
-    if not peer or not (pathlib.Path(peer) / EXAMPLE).is_file():
+    example = EXAMPLES[args.example].path
+    if not peer or not (pathlib.Path(peer) / example).is_file():
         raise SystemExit(f"dni_pytorch_peer: no peer at {peer!r}: give --peer (or $DNI_PYTORCH), the folder of a "
-                         f"checkout of koz4k/dni-pytorch holding {EXAMPLE}")
+                         f"checkout of koz4k/dni-pytorch holding {example}")
     if not python or not pathlib.Path(python).is_file():
         raise SystemExit(f"dni_pytorch_peer: no interpreter at {python!r}: give --peer-python (or "
                          "$DNI_PYTORCH_PYTHON), the python of an environment with torch and numpy")
@@ -240,11 +312,30 @@ def mnist_path(args):
     return path.resolve()
 
 
+def example_defaults(args):
+    """Fill what the command line left out from ``--example``'s own: methods, batch size and budget."""
+    example = EXAMPLES[args.example]
+    if args.methods is None:
+        args.methods = list(example.methods)
+    unknown = [method for method in args.methods if method not in example.methods]
+    if unknown:
+        raise SystemExit(f"dni_pytorch_peer: the {args.example} example has no method {', '.join(unknown)}: "
+                         f"give --methods from {','.join(example.methods)}")
+    if args.batch_size is None:
+        args.batch_size = example.batch_size
+    if getattr(args, "iterations", None) is not None and getattr(args, "epochs", None) is not None:
+        raise SystemExit("dni_pytorch_peer: give --iterations or --epochs, not both")
+    if hasattr(args, "iterations") and args.iterations is None and args.epochs is None:
+        args.iterations, args.epochs = example.iterations, example.epochs
+    return args
+
+
 def run_peer(args, method, seed):
     peer, python = peer_paths(args)
+    budget = ["--iterations", str(args.iterations)] if args.iterations is not None else ["--epochs", str(args.epochs)]
     command = [python, str(pathlib.Path(__file__).resolve()), "_peer-train", "--peer", str(peer),
-               "--data", str(mnist_path(args)), "--method", method, "--seed", str(seed),
-               "--iterations", str(args.iterations), "--batch-size", str(args.batch_size), "--lr", str(args.lr)]
+               "--example", args.example, "--data", str(mnist_path(args)), "--method", method, "--seed", str(seed),
+               *budget, "--batch-size", str(args.batch_size), "--lr", str(args.lr)]
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"dni_pytorch_peer: the peer's {method} run (seed {seed}) failed: "
@@ -253,61 +344,104 @@ def run_peer(args, method, seed):
 
 
 def accuracy(args):
+    """Train the peer for each method and seed, one run at a time; write each run's record as it ends."""
     peer_paths(args)  # before any work
     mnist_path(args)
+    out = pathlib.Path(args.out) if args.out else None
     runs = []
     for method in args.methods:
         for seed in args.seeds:
             run = run_peer(args, method, seed)
             runs.append(run)
-            print(f"{method} seed {seed}: {100 * run['test_accuracy']:.2f}% ({run['train_seconds']:.0f} s)",
-                  file=sys.stderr, flush=True)
+            if out is not None:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / f"{method}-seed{seed}.json").write_text(json.dumps(run, indent=1) + "\n")
+            print(f"{args.example} {method} seed {seed}: {100 * run['test_accuracy']:.2f}% "
+                  f"({run['train_seconds']:.0f} s training, {run['seconds']:.0f} s in all)", file=sys.stderr,
+                  flush=True)
     print("| method | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean |")
     print("|---|" + "---:|" * (len(args.seeds) + 1))
     for method in args.methods:
         scores = [100 * r["test_accuracy"] for r in runs if r["method"] == method]
         print(f"| {method} | " + " | ".join(f"{s:.2f}%" for s in scores) + f" | {np.mean(scores):.2f}% |")
-    if args.out:
-        out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "peer_runs.json").write_text(json.dumps(runs, indent=1))
 
 
 # ----------------------------------------------------------------------------- step time
 
-# `sgrad paper`'s settings at the peer's setting (784-256-256-10, Adam at 1e-3 everywhere, batch 256, generators of
-# one hidden layer of 256 without batch norm): "default" is the issue's command (an interface after every block's
-# ReLU, the summed loss), "peer" adds the options that build the peer's network (one interface, at block 2 before
-# its ReLU; the batch-mean loss; batch norm on the logits; PyTorch's initial weights).
-SGRAD_SETTINGS = {
-    "default": dict(depth=3, hidden=256, batch_size=256, alpha=1e-3, generator="mlp", generator_hidden=(256,),
-                    generator_batchnorm=False, dtype="float32"),
-}
-SGRAD_SETTINGS["peer"] = dict(SGRAD_SETTINGS["default"], interfaces=(2,), interface_position="before", loss="mean",
-                              logit_batchnorm=True, init="pytorch")
-SGRAD_SETTINGS["peer, every block"] = dict(SGRAD_SETTINGS["peer"], interfaces="every")
+@dataclasses.dataclass(frozen=True)
+class SgradSetting:
+    """sgrad's side of a timing: the peer's example it stands beside, and how to build its step.
+
+    ``build(method, x, labels)`` returns ``step()``, one sgrad training step of the peer's ``method`` on the batch
+    ``x`` (batch, 784), float32 pixels / 255 (reshape and normalise them as the setting needs), with ``labels``
+    (batch,) integers; the timing calls ``step()`` over and over and ignores what it returns.
+    """
+
+    example: str
+    build: Callable
 
 
-def sgrad_step(method, x, labels, setting):
-    """``step()``: one sgrad training step of ``method`` at ``SGRAD_SETTINGS[setting]`` on the batch (x, labels)."""
-    from sgrad.training.loop import take_step
+def paper_step(config, method, x, labels):
+    """``step()``: one sgrad training step of ``method`` on the network ``PaperConfig(**config)`` builds."""
     from sgrad.experiments.mnist import PaperConfig, build_network, mean_cross_entropy, summed_cross_entropy
+    from sgrad.training.loop import take_step
 
-    config = PaperConfig(**SGRAD_SETTINGS[setting])
+    config = PaperConfig(**config)
     layers = build_network(method, x.shape[1], config)
     y = np.eye(10, dtype=x.dtype)[labels]
     loss_fn = summed_cross_entropy if config.loss == "sum" else mean_cross_entropy
     return lambda: take_step(method, layers, x, y, loss_fn, config.alpha)
 
 
+def paper_setting(example, **config):
+    return SgradSetting(example, lambda method, x, labels: paper_step(config, method, x, labels))
+
+
+# `sgrad paper`'s settings at the MLP example's setting (784-256-256-10, Adam at 1e-3 everywhere, batch 256,
+# generators of one hidden layer of 256 without batch norm): "default" is `sgrad paper`'s method (an interface
+# after every block's ReLU, the summed loss), "peer" adds the options that build the peer's network (one interface,
+# at block 2 before its ReLU; the batch-mean loss; batch norm on the logits; PyTorch's initial weights).
+MLP_PAPER = dict(depth=3, hidden=256, batch_size=256, alpha=1e-3, generator="mlp", generator_hidden=(256,),
+                 generator_batchnorm=False, dtype="float32")
+MLP_PEER = dict(MLP_PAPER, interfaces=(2,), interface_position="before", loss="mean", logit_batchnorm=True,
+                init="pytorch")
+SGRAD_SETTINGS = {
+    "default": paper_setting("mlp", **MLP_PAPER),
+    "peer": paper_setting("mlp", **MLP_PEER),
+    "peer, every block": paper_setting("mlp", **dict(MLP_PEER, interfaces="every")),
+}
+# The hook for the CNN and full-unlock examples: add an entry whose ``example`` is "cnn" or "full-unlock", e.g.
+#     SGRAD_SETTINGS["cnn peer"] = paper_setting("cnn", arch="cnn", batch_size=64, ...)
+# or, for a step that `PaperConfig` does not build, SgradSetting("full-unlock", build) with ``build`` as
+# SgradSetting says.  ``time --example cnn`` then times every setting that stands beside that example.
+DEFAULT_SETTINGS = {"mlp": ["peer"]}
+
+
+def sgrad_step(method, x, labels, setting):
+    """``step()``: one sgrad training step of the peer's ``method`` at ``SGRAD_SETTINGS[setting]`` on (x, labels)."""
+    return SGRAD_SETTINGS[setting].build(method, x, labels)
+
+
+def settings_to_time(args):
+    """The sgrad settings ``time`` runs: ``--sgrad-setting``'s, else those beside ``--example``; exit if none."""
+    if args.sgrad_setting:
+        return args.sgrad_setting
+    settings = DEFAULT_SETTINGS.get(args.example) or [name for name, setting in SGRAD_SETTINGS.items()
+                                                      if setting.example == args.example]
+    if not settings:
+        raise SystemExit(f"dni_pytorch_peer: no sgrad setting stands beside the {args.example} example yet: give "
+                         f"--sgrad-setting (one of {', '.join(SGRAD_SETTINGS)}) or add one to SGRAD_SETTINGS")
+    return settings
+
+
 class PeerSteps:
-    """The peer's training step in a process of its own environment, timed there on the peer's first batch."""
+    """The peer's training step in a process of its own environment, timed there on the example's first batch."""
 
     def __init__(self, args, method):
         peer, python = peer_paths(args)
         command = [python, str(pathlib.Path(__file__).resolve()), "_peer-serve", "--peer", str(peer),
-                   "--data", str(mnist_path(args)), "--method", method, "--batch-size", str(args.batch_size),
-                   "--lr", str(args.lr)]
+                   "--example", args.example, "--data", str(mnist_path(args)), "--method", method,
+                   "--batch-size", str(args.batch_size), "--lr", str(args.lr)]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, text=True)
         self.answer()
@@ -338,11 +472,11 @@ class PeerSteps:
 def step_time(args):
     """Alternate sgrad's steps and the peer's, round by round; print the median ratios per method and setting.
 
-    In each round every sgrad setting of ``--sgrad-setting`` takes its turn, then the peer: the ratio of a
-    setting to the first one (one interface against every block, say) is measured in the same rounds.
+    In each round every sgrad setting takes its turn, then the peer: the ratio of a setting to the first one (one
+    interface against every block, say) is measured in the same rounds.
     """
     peer_paths(args)  # before any work
-    settings = args.sgrad_setting or ["peer"]
+    settings = settings_to_time(args)
     with np.load(mnist_path(args)) as archive:
         x = (archive["x_train"][:args.batch_size].reshape(args.batch_size, -1) / np.float32(255)).astype(np.float32)
         labels = archive["y_train"][:args.batch_size].astype(np.int64)
@@ -389,7 +523,7 @@ def figure(args):
     import matplotlib.pyplot as plt
 
     table = json.loads(pathlib.Path(args.table).read_text())
-    methods = [m for m in METHOD_FLAGS if any(row["method"] == m for row in table["rows"])]
+    methods = [m for m in ALL_METHODS if any(row["method"] == m for row in table["rows"])]
     rows = {m: [row for row in table["rows"] if row["method"] == m] for m in methods}
     fig, axes = plt.subplots(len(methods), 1, figsize=(8, 1.0 + 0.42 * sum(len(r) + 1 for r in rows.values())),
                              gridspec_kw={"height_ratios": [len(rows[m]) + 1 for m in methods]}, squeeze=False)
@@ -441,24 +575,29 @@ def build_parser():
         sub.add_argument("--peer", help="the peer's folder (default $DNI_PYTORCH)")
         sub.add_argument("--peer-python", help="its environment's python (default $DNI_PYTORCH_PYTHON)")
         sub.add_argument("--data", help="mnist.npz or its folder (default $SGRAD_DATA_DIR)")
-        sub.add_argument("--batch-size", type=int, default=256)
+        sub.add_argument("--example", choices=EXAMPLES, default="mlp",
+                         help="the peer's example: mlp (default), cnn or full-unlock")
+        sub.add_argument("--methods", type=parse_list(str, ALL_METHODS),
+                         help="the example's methods to run (default all of them)")
+        sub.add_argument("--batch-size", type=int, help="default: the example's (mlp 256, cnn and full-unlock 64)")
         sub.add_argument("--lr", type=float, default=1e-3)
 
     acc = commands.add_parser("accuracy", help="train the peer for each method and seed, one run at a time")
     shared(acc)
-    acc.add_argument("--methods", type=parse_list(str, METHOD_FLAGS), default=list(METHOD_FLAGS))
     acc.add_argument("--seeds", type=parse_list(int), default=[0, 1, 2])
-    acc.add_argument("--iterations", type=int, default=5000)
-    acc.add_argument("--out", help="write peer_runs.json here")
+    acc.add_argument("--iterations", type=int, help="batches in all, then one test (the mlp example's default: "
+                                                    "5000)")
+    acc.add_argument("--epochs", type=int, help="epochs, each followed by a test (the cnn and full-unlock "
+                                                "examples' default: 10)")
+    acc.add_argument("--out", help="write each run's record, METHOD-seedSEED.json, in this folder")
 
     tim = commands.add_parser("time", help="sgrad's step against the peer's, in alternating rounds")
     shared(tim)
-    tim.add_argument("--methods", type=parse_list(str, METHOD_FLAGS), default=list(METHOD_FLAGS))
     tim.add_argument("--sgrad-setting", choices=SGRAD_SETTINGS, action="append",
-                     help="sgrad's network: 'peer' (the options that build the peer's network, default), 'peer, "
-                          "every block' (the same with an interface at every block) or 'default' (sgrad paper's "
-                          "method: an interface after every block's ReLU); give it more than once to time several "
-                          "settings in the same rounds")
+                     help="sgrad's side, from SGRAD_SETTINGS (default: those beside --example; for mlp 'peer', "
+                          "the options that build the peer's network; 'peer, every block' is the same with an "
+                          "interface at every block, 'default' sgrad paper's method: an interface after every "
+                          "block's ReLU); give it more than once to time several settings in the same rounds")
     tim.add_argument("--rounds", type=int, default=15)
     tim.add_argument("--seconds", type=float, default=0.5, help="each side's time in a round (default 0.5)")
     tim.add_argument("--warmup", type=int, default=20, help="steps each side takes before the rounds")
@@ -471,11 +610,13 @@ def build_parser():
     for name in ("_peer-train", "_peer-serve"):  # run by the commands above, in the peer's environment
         inner = commands.add_parser(name)
         inner.add_argument("--peer", required=True)
+        inner.add_argument("--example", choices=EXAMPLES, default="mlp")
         inner.add_argument("--data", required=True)
-        inner.add_argument("--method", choices=METHOD_FLAGS, required=True)
+        inner.add_argument("--method", choices=ALL_METHODS, required=True)
         inner.add_argument("--seed", type=int, default=0)
-        inner.add_argument("--iterations", type=int, default=5000)
-        inner.add_argument("--batch-size", type=int, default=256)
+        inner.add_argument("--iterations", type=int)
+        inner.add_argument("--epochs", type=int)
+        inner.add_argument("--batch-size", type=int, required=True)
         inner.add_argument("--lr", type=float, default=1e-3)
     return parser, shared, commands
 
@@ -484,14 +625,14 @@ def main():
     parser, _, _ = build_parser()
     args = parser.parse_args()
     if args.command == "_peer-train":
-        peer_train(pathlib.Path(args.peer), args.data, args.method, args.seed, args.iterations, args.batch_size,
-                   args.lr)
+        peer_train(pathlib.Path(args.peer), args.example, args.data, args.method, args.seed, args.batch_size,
+                   args.lr, iterations=args.iterations, epochs=args.epochs)
     elif args.command == "_peer-serve":
-        peer_serve(pathlib.Path(args.peer), args.data, args.method, args.batch_size, args.lr)
+        peer_serve(pathlib.Path(args.peer), args.example, args.data, args.method, args.batch_size, args.lr)
     elif args.command == "accuracy":
-        accuracy(args)
+        accuracy(example_defaults(args))
     elif args.command == "time":
-        step_time(args)
+        step_time(example_defaults(args))
     elif args.command == "figure":
         figure(args)
 

@@ -274,6 +274,118 @@ def test_the_peer_adapter_draws_its_ablation_as_a_png(tmp_path):
     assert (tmp_path / "ablation.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+PEER_PYTHON = os.environ.get("DNI_PYTORCH_PYTHON")
+needs_the_peers_environment = pytest.mark.skipif(
+    not (PEER_PYTHON and pathlib.Path(PEER_PYTHON).is_file()),
+    reason="set DNI_PYTORCH_PYTHON (the python of an environment with torch and numpy) to run the adapter's parts "
+           "that need PyTorch")
+
+
+def peer_example_text(relative):
+    """The peer's own text of ``relative``: from the checkout at $DNI_PYTORCH, else from a git directory of
+    koz4k/dni-pytorch at $DNI_PYTORCH_GIT (default /work/.mirror/koz4k+dni-pytorch/repo); skip if neither has it."""
+    checkout = os.environ.get("DNI_PYTORCH")
+    if checkout and (pathlib.Path(checkout) / relative).is_file():
+        return (pathlib.Path(checkout) / relative).read_text()
+    git_dir = os.environ.get("DNI_PYTORCH_GIT", "/work/.mirror/koz4k+dni-pytorch/repo")
+    if pathlib.Path(git_dir).is_dir():
+        shown = subprocess.run(["git", "-C", git_dir, "show", f"HEAD:{relative}"], capture_output=True, text=True)
+        if shown.returncode == 0:
+            return shown.stdout
+    pytest.skip(f"no copy of koz4k/dni-pytorch's {relative}: set DNI_PYTORCH (a checkout) or DNI_PYTORCH_GIT "
+                "(a git directory)")
+
+
+@pytest.mark.parametrize("example", ["mlp", "cnn", "full-unlock"])
+def test_the_peer_adapter_changes_only_the_indexed_losses_and_the_epoch_loop_of_each_example(example):
+    import difflib
+
+    peer = pytest.importorskip("dni_pytorch_peer")
+    original = peer_example_text(peer.EXAMPLES[example].path.as_posix())
+    adapted = peer.adapted_source(original)
+    diff = list(difflib.ndiff(original.splitlines(), adapted.splitlines()))
+    removed = [line[2:].strip() for line in diff if line.startswith("- ")]
+    added = [line[2:].strip() for line in diff if line.startswith("+ ")]
+    assert removed == ["100. * batch_idx / len(train_loader), loss.data[0]))",
+                       "test_loss += F.nll_loss(output, target, size_average=False).data[0] # sum up batch loss",
+                       "for epoch in range(1, args.epochs + 1):", "train(epoch)", "test()"]
+    assert added == ["100. * batch_idx / len(train_loader), loss.item()))",
+                     "test_loss += F.nll_loss(output, target, size_average=False).item() # sum up batch loss"]
+    compile(adapted, example, "exec")
+
+
+def test_the_peer_adapter_refuses_in_one_line_an_example_it_does_not_know():
+    peer = pytest.importorskip("dni_pytorch_peer")
+    with pytest.raises(SystemExit) as refused:
+        peer.adapted_source("print(loss.data[0]))\n", "main.py")
+    assert str(refused.value) == ("dni_pytorch_peer: main.py is not the version this adapter knows: "
+                                  "'size_average=False).data[0]' occurs 0 times, expected 1")
+
+
+@needs_the_peers_environment
+def test_the_peer_adapters_stand_in_torchvision_normalises_a_whole_split_as_torchvision_does_each_image(tmp_path):
+    images = np.array([[[0, 255], [51, 102]], [[255, 0], [0, 204]]], dtype=np.uint8)  # two 2×2 images
+    labels = np.array([7, 3], dtype=np.uint8)
+    np.savez(tmp_path / "tiny.npz", x_train=images, y_train=labels, x_test=images[:1], y_test=labels[:1])
+    program = f"""
+import json, sys
+sys.path.insert(0, {str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks")!r})
+import dni_pytorch_peer
+tv = dni_pytorch_peer.stand_in_torchvision({str(tmp_path / "tiny.npz")!r})
+transform = tv.transforms.Compose([tv.transforms.ToTensor(), tv.transforms.Normalize((0.1307,), (0.3081,))])
+train, test = tv.datasets.MNIST("unused", train=True, transform=transform), tv.datasets.MNIST("unused", train=False)
+image, label = train[1]
+print(json.dumps({{"data": train.data.tolist(), "dtype": str(train.data.dtype), "len": [len(train), len(test)],
+                  "item": [list(image.shape), label, type(label).__name__], "test": test.data.tolist()}}))
+"""
+    result = subprocess.run([PEER_PYTHON, "-c", program], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    expected = ((images.astype(np.float32) / 255 - np.float32(0.1307)) / np.float32(0.3081))[:, None]
+    np.testing.assert_allclose(np.array(seen["data"]), expected, rtol=1e-6, atol=1e-6)
+    assert seen["dtype"] == "torch.float32"
+    assert seen["len"] == [2, 1]
+    assert seen["item"] == [[1, 2, 2], 3, "int"]  # one image (channels, height, width) and its label
+    assert seen["test"] == images[:1].tolist()  # no transform: the raw pixels
+
+
+@needs_the_peers_environment
+@pytest.mark.parametrize("example, method", [("cnn", "cdni"), ("full-unlock", "ccomplete")])
+def test_the_peer_adapter_tests_after_each_epoch_and_records_the_run(tmp_path, example, method):
+    peer_source = os.environ.get("DNI_PYTORCH")
+    if not (peer_source and (pathlib.Path(peer_source) / "dni.py").is_file()):
+        pytest.skip("set DNI_PYTORCH (a checkout of koz4k/dni-pytorch) to run the peer's examples")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "mnist.npz", x_train=rng.integers(0, 256, (128, 28, 28), dtype=np.uint8),
+             y_train=rng.integers(0, 10, 128, dtype=np.uint8),
+             x_test=rng.integers(0, 256, (50, 28, 28), dtype=np.uint8), y_test=rng.integers(0, 10, 50, dtype=np.uint8))
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    result = subprocess.run([sys.executable, str(script), "accuracy", "--example", example, "--methods", method,
+                             "--seeds", "3", "--epochs", "2", "--data", str(tmp_path / "mnist.npz"),
+                             "--out", str(tmp_path / "runs")], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "runs" / f"{method}-seed3.json").read_text())
+    assert (record["example"], record["method"], record["seed"], record["batch_size"], record["lr"]) == (
+        example, method, 3, 64, 1e-3)
+    # 128 training images in batches of 64: two steps an epoch, and a test of the 50 test images after each epoch.
+    assert [(test["epoch"], test["iterations"]) for test in record["tests"]] == [(1, 2), (2, 4)]
+    assert (record["epochs"], record["iterations"]) == (2, 4)
+    assert all(round(50 * test["test_accuracy"]) == 50 * test["test_accuracy"] for test in record["tests"])
+    assert record["test_accuracy"] == record["tests"][-1]["test_accuracy"]
+    assert 0 < record["train_seconds"] < record["seconds"]
+    rows = [line for line in result.stdout.splitlines() if line.startswith(f"| {method} |")]
+    assert rows == [f"| {method} | {100 * record['test_accuracy']:.2f}% | {100 * record['test_accuracy']:.2f}% |"]
+
+
+def test_the_peer_adapter_refuses_a_method_its_example_does_not_have(tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    result = subprocess.run([sys.executable, str(script), "accuracy", "--example", "full-unlock", "--methods",
+                             "backprop,dni", "--peer", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == ["dni_pytorch_peer: the full-unlock example has no method dni: give "
+                                          "--methods from backprop,complete,ccomplete"]
+
+
 def test_the_bp_lambda_cost_benchmark_prints_a_row_per_method_against_one_window_dni(capsys):
     bp_lambda_cost = pytest.importorskip("bp_lambda_cost")
     assert bp_lambda_cost.main(["--hidden", "4", "--length", "2", "--rounds", "1"]) == 0
