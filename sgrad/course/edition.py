@@ -68,6 +68,7 @@ WITHHELD = {
     "sgrad.nn.conv.MaxPool2d.backward": _BACKWARD,
     "sgrad.nn.conv.BatchNorm2d.backward": _BATCHNORM,
     "sgrad.nn.conv.Flatten.backward": _BACKWARD,
+    "sgrad.nn.conditioned_conv.ConditionedConv2d.backward": "with 1×1 kernels a convolution is a dense layer: exercise 1",
     "sgrad.dni.decoupled.synthetic_step": "the DNI step: exercise 2",
     "sgrad.dni.decoupled.update_module_from_synthetic_gradient": "the DNI step after the forward pass: exercise 2",
     "sgrad.dni.decoupled.DecoupledModule.forward_and_update": "exercise 2",
