@@ -15,10 +15,12 @@ PyTorch runs ``nn.Sequential`` of the same layers, ``F.cross_entropy`` and ``opt
 Before timing, both sides start from the same weights and take one step, and their losses and weights after it
 are compared.
 
-Threads: one child process per thread count (``OPENBLAS_NUM_THREADS`` is read once, when NumPy loads;
-``torch.set_num_threads`` gets the same number).  The parent drives the children round by round, one thread
-count after the other, and each round times every candidate in turn, so a slow stretch of a shared machine
-hits them alike.  Each ratio is the median over rounds of the ratio within a round.
+Threads: a child process per thread count and side (``OPENBLAS_NUM_THREADS`` is read once, when NumPy loads;
+``torch.set_num_threads`` gets the same number), so that neither side's idle threads, which spin for a while
+after each call, take a core from the other's.  The parent drives the children round by round, one after
+the other with a pause between turns for those threads to go to sleep, so a slow stretch of a shared
+machine hits every candidate alike.  Each ratio is the median over
+rounds of the ratio within a round.
 
 Run:  python benchmarks/layer_step.py [--threads 1 2] [--rounds 15] [--out docs/performance/layer_step.json]
 PyTorch must be importable (``pip install torch``: optional, sgrad never imports it).  Exit status 0 if
@@ -39,6 +41,7 @@ TARGET = 0.9  # sgrad's step time over PyTorch's
 BATCH, WIDTHS, LEARNING_RATE = 256, (784, 256, 256, 10), 0.01
 CANDIDATES = ("sgrad, fast_mlp_step.sgd_step", "sgrad, the plain loop", "sgrad, as the blog writes it", "PyTorch")
 TARGETED = CANDIDATES[0]
+PAUSE = 0.5  # seconds between two processes' turns: OpenBLAS's and OpenMP's idle threads spin for up to ~0.2 s
 
 
 def build(seed=0):
@@ -108,11 +111,16 @@ def build(seed=0):
     return steps, {"loss difference": loss_gap, "largest weight difference": weight_gap}
 
 
-def child(threads):
-    """Serve rounds on stdin/stdout: a line with a step count in, a JSON line of seconds per step out."""
+def child(threads, side):
+    """Serve rounds on stdin/stdout: a line with a step count in, a JSON line of seconds per step out.
+
+    ``side`` is 'sgrad' or 'PyTorch': a process times one side's steps only, so that neither side's idle
+    threads (OpenBLAS's and PyTorch's spin a while after each call) take a core from the other's.
+    """
     import torch
     torch.set_num_threads(threads)
     steps, agreement = build()
+    steps = {name: step for name, step in steps.items() if (name == "PyTorch") == (side == "PyTorch")}
     for step in steps.values():  # warm up: first calls allocate and load kernels
         for _ in range(3):
             step()
@@ -128,27 +136,29 @@ def child(threads):
         print(json.dumps(times), flush=True)
 
 
-def start_child(threads):
+def start_child(threads, side):
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
-    process = subprocess.Popen([sys.executable, __file__, "--child", str(threads)], stdin=subprocess.PIPE,
+    process = subprocess.Popen([sys.executable, __file__, "--child", str(threads), side], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True, env=env)
     line = process.stdout.readline()
     if not line:
         process.wait()
-        raise SystemExit(f"layer_step: the {threads}-thread process stopped before its first round "
+        raise SystemExit(f"layer_step: the {threads}-thread {side} process stopped before its first round "
                          f"(exit {process.returncode}); is PyTorch installed in this environment?")
     return process, json.loads(line)
 
 
 def measure(thread_counts, rounds, steps):
-    """``{threads: row}``, the children driven round by round in turn."""
+    """``{threads: row}``: a process per thread count and side, driven round by round in turn."""
     children, rows = {}, {}
     try:
         for threads in thread_counts:
-            children[threads], rows[threads] = start_child(threads)
-            rows[threads] = {"agreement": rows[threads], "samples": {name: [] for name in CANDIDATES}}
+            for side in ("sgrad", "PyTorch"):
+                children[threads, side], agreement = start_child(threads, side)
+            rows[threads] = {"agreement": agreement, "samples": {name: [] for name in CANDIDATES}}
         for _ in range(rounds):
-            for threads, process in children.items():
+            for (threads, _side), process in children.items():
+                time.sleep(PAUSE)  # the last process's idle threads stop spinning before this one starts
                 process.stdin.write(f"{steps}\n")
                 process.stdin.flush()
                 for name, seconds in json.loads(process.stdout.readline()).items():
@@ -173,10 +183,10 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=20, help="steps per candidate in each round")
     parser.add_argument("--out", type=pathlib.Path, help="write the run's record (JSON) here")
-    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        return child(args.child)
+        return child(int(args.child[0]), args.child[1])
     try:
         import numpy as np
         import torch
