@@ -108,7 +108,8 @@ class PaperConfig:
     the defaults are the paper's method as above, and ``interfaces=(2,), interface_position='before',
     loss='mean', logit_batchnorm=True, init='pytorch'`` is the MNIST MLP example of koz4k/dni-pytorch, and
     with ``batch_size=64, iterations=9380, generator_hidden=(256, 256), generator_batchnorm=False`` and
-    the methods ``complete`` and ``ccomplete``, its full-unlock example):
+    the methods ``complete`` and ``ccomplete``, its full-unlock example; ``generator_init='pytorch'`` then
+    starts the generators as its synthesizers start):
 
     interfaces : 'every' hidden block, or the numbers of the blocks that get one (1 is the lowest),
         e.g. ``(2,)``.  A block without an interface learns from the ĝ of the first interface above
