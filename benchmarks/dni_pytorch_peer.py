@@ -612,26 +612,33 @@ def figure(args):
 
 def curves(args):
     """Draw each method's test accuracy after each epoch, every seed, the peer's records (``--records``, from
-    ``accuracy --out``) beside ``sgrad paper``'s runs (``--sgrad``, a folder of ``seed<s>`` results folders)."""
+    ``accuracy --out``) beside ``sgrad paper``'s runs (``--sgrad``, a folder of ``seed<s>`` results folders), and
+    beside the runs of ``--also`` (another such folder, named ``--also-label`` in the legend) if given."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    peer, ours = {}, {}
+    def paper_runs(folder):
+        runs = {}
+        for path in sorted(pathlib.Path(folder).glob("seed*/cells/*.json")):
+            cell = json.loads(path.read_text())
+            runs.setdefault(cell["settings"]["method"], {})[cell["settings"]["config"]["seed"]] = (
+                cell["history"]["iteration"], cell["history"]["test_accuracy"])
+        return runs
+
+    peer = {}
     for path in sorted(pathlib.Path(args.records).glob("*-seed*.json")):
         run = json.loads(path.read_text())
         peer.setdefault(run["method"], {})[run["seed"]] = ([t["iterations"] for t in run["tests"]],
                                                           [t["test_accuracy"] for t in run["tests"]])
-    for path in sorted(pathlib.Path(args.sgrad).glob("seed*/cells/*.json")):
-        cell = json.loads(path.read_text())
-        history = cell["history"]
-        ours.setdefault(cell["settings"]["method"], {})[cell["settings"]["config"]["seed"]] = (
-            history["iteration"], history["test_accuracy"])
-    methods = [m for m in EXAMPLES[args.example].methods if m in peer or m in ours]
+    sides = [(peer, "#dd8452", "the peer"), (paper_runs(args.sgrad), "#4c72b0", "sgrad paper")]
+    if args.also:
+        sides.append((paper_runs(args.also), "#55a868", f"sgrad paper, {args.also_label}"))
+    methods = [m for m in EXAMPLES[args.example].methods if any(m in runs for runs, _, _ in sides)]
     fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.4), squeeze=False)
     for ax, method in zip(axes[0], methods):
-        for runs, colour, name in ((peer, "#dd8452", "the peer"), (ours, "#4c72b0", "sgrad paper")):
+        for runs, colour, name in sides:
             for n, (seed, (steps, scores)) in enumerate(sorted(runs.get(method, {}).items())):
                 ax.plot(steps, 100 * np.array(scores), "o-", color=colour, markersize=3, linewidth=1,
                         alpha=0.5 + 0.25 * (n % 3), label=f"{name}, seed {seed}")
@@ -705,6 +712,8 @@ def build_parser():
     cur.add_argument("--example", choices=EXAMPLES, required=True)
     cur.add_argument("--records", required=True, help="the peer's records, METHOD-seedS.json (accuracy --out)")
     cur.add_argument("--sgrad", required=True, help="a folder of sgrad paper's results folders, seed0, seed1, ...")
+    cur.add_argument("--also", help="another folder of sgrad paper's results folders, drawn in a third colour")
+    cur.add_argument("--also-label", default="a variant", help="what --also changed, for the legend")
     cur.add_argument("--out", required=True, help="the PNG to write")
 
     for name in ("_peer-train", "_peer-serve"):  # run by the commands above, in the peer's environment
