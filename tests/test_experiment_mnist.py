@@ -103,6 +103,11 @@ def test_every_method_sees_the_same_batches(monkeypatch):
     ({"loss": "max"}, ValueError, "unknown loss 'max'; choose one of 'sum', 'mean'"),
     ({"logit_batchnorm": "yes"}, TypeError, "logit_batchnorm must be True or False; got 'yes'"),
     ({"init": "xavier"}, ValueError, "unknown init 'xavier'; choose one of 'he', 'pytorch'"),
+    ({"generator_init": "he"}, ValueError, "unknown generator_init 'he'; choose one of 'sgrad', 'pytorch'"),
+    ({"arch": "cnn", "generator_init": "pytorch"}, ValueError,
+     "generator_init shapes the fully connected nets only (arch='mlp')"),
+    ({"arch": "peer-cnn", "generator_init": "pytorch"}, ValueError,
+     "generator_init shapes sgrad's own networks, but arch='peer-cnn' is koz4k/dni-pytorch's MNIST CNN example whole"),
     ({"arch": "cnn", "interfaces": (1,), "logit_batchnorm": True}, ValueError,
      "interfaces, logit_batchnorm shape the fully connected nets only (arch='mlp'); the CNN has an interface after "
      "every conv block. Leave interfaces and logit_batchnorm at 'every', False, or use arch='mlp'"),
@@ -349,6 +354,26 @@ def test_pytorch_init_draws_every_weight_within_one_over_the_square_root_of_its_
         assert 0.8 / np.sqrt(w.shape[0]) < np.abs(w).max() <= 1 / np.sqrt(w.shape[0])
 
 
+def test_pytorchs_generator_start_draws_both_generators_as_the_peers_and_leaves_the_blocks_alone():
+    config = dataclasses.replace(TINY, interfaces=(2,), generator_batchnorm=False, generator_hidden=(8, 8),
+                                 init="pytorch")
+    peer = dataclasses.replace(config, generator_init="pytorch")
+    for old, new in zip(build_network("ccomplete", 20, config), build_network("ccomplete", 20, peer)):
+        for path, module in new.submodules():
+            if isinstance(module, sgrad.Layer) and not path.startswith("generator"):
+                np.testing.assert_array_equal(module.weights, dict(old.submodules())[path].weights, err_msg=path)
+    generator = build_network("ccomplete", 20, peer)[0].generator
+    [input_generator] = mnist.build_input_generators("ccomplete", 20, peer)
+    for net, width in ((generator.net, 16), (input_generator.net, 20)):
+        first, out = net.modules[0].modules[0], net.modules[-1]
+        assert 0.8 / np.sqrt(width) < np.abs(first.weights[:width]).max() <= 1 / np.sqrt(width)
+        assert 1 / np.sqrt(width) < np.abs(first.weights[width:]).max() <= 1 / np.sqrt(10)  # the label's own fan-in
+        np.testing.assert_array_equal(out.weights, np.zeros_like(out.weights))
+        assert 0.8 / np.sqrt(8) < np.abs(out.bias).max() <= 1 / np.sqrt(8)
+    [sgrads] = mnist.build_input_generators("ccomplete", 20, config)
+    np.testing.assert_array_equal(sgrads.net.modules[-1].bias, np.zeros(16))
+
+
 def test_backprop_learns_the_same_wherever_the_interface_would_sit(tiny_data):
     after = train_paper("backprop", tiny_data, TINY)
     before = train_paper("backprop", tiny_data, dataclasses.replace(TINY, interface_position="before"))
@@ -577,6 +602,32 @@ def test_the_paper_command_trains_the_complete_unlock_at_the_peers_interface(tmp
         assert 1.5 < cell["history"]["train_loss"][0] < 3.5  # the mean loss per example, about ln 10 at the start
 
 
+def test_the_paper_command_starts_the_generators_as_the_peers_with_generator_init_pytorch(tmp_path):
+    tiny_mnist(tmp_path)
+    env = dict(os.environ, SGRAD_DATA_DIR=str(tmp_path))
+    command = [sys.executable, "-m", "sgrad", "paper", "--methods", "backprop,ccomplete", "--iterations", "4",
+               "--eval-every", "2", "--batch-size", "8", "--hidden", "16", "--generator-hidden", "8,8",
+               "--no-generator-batchnorm", "--no-verify", "--interfaces", "2", "--interface-position", "before",
+               "--loss", "mean", "--logit-batchnorm", "--init", "pytorch"]
+    cells = {}
+    for start in ("sgrad", "pytorch"):
+        out = tmp_path / start
+        result = subprocess.run(command + ["--generator-init", start, "--out", str(out)], capture_output=True,
+                                text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr
+        cells[start] = {m: json.loads((out / "cells" / f"{m}-depth3.json").read_text()) for m in ("backprop", "ccomplete")}
+    # the default's settings are those of every cell made before there was a choice; backprop has no generators
+    assert "generator_init" not in cells["sgrad"]["ccomplete"]["settings"]["config"]
+    assert cells["pytorch"]["ccomplete"]["settings"]["config"]["generator_init"] == "pytorch"
+    assert cells["pytorch"]["backprop"]["settings"] == cells["sgrad"]["backprop"]["settings"]
+    assert cells["pytorch"]["backprop"]["history"]["train_loss"] == cells["sgrad"]["backprop"]["history"]["train_loss"]
+    assert cells["pytorch"]["ccomplete"]["history"]["train_loss"] != cells["sgrad"]["ccomplete"]["history"]["train_loss"]
+    refused = subprocess.run(command + ["--generator-init", "he", "--out", str(tmp_path / "he")], capture_output=True,
+                             text=True, env=env, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "argument --generator-init: invalid choice: 'he'" in refused.stderr
+
+
 def test_the_paper_command_refuses_the_complete_unlock_for_a_cnn_before_it_loads_mnist(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sgrad", "paper", "--arch", "cnn", "--methods", "dni,ccomplete",
                              "--data", str(tiny_mnist(tmp_path)), "--out", str(tmp_path / "out")],
@@ -591,6 +642,21 @@ def _real_mnist():
     folder = os.environ.get("SGRAD_DATA_DIR")
     path = pathlib.Path(folder) / "mnist.npz" if folder else None
     return path if path is not None and path.is_file() else None
+
+
+@pytest.mark.skipif(_real_mnist() is None, reason="set SGRAD_DATA_DIR to a folder holding the real mnist.npz")
+def test_the_default_generator_start_gives_the_recorded_full_unlock_run_bit_for_bit():
+    """The first evaluation (938 steps, about 15 s) of docs/paper/full-unlock/seed0's complete cell, trained again."""
+    from data_gen.mnist import load_mnist, prepare_mnist
+
+    cell = json.loads((pathlib.Path(__file__).resolve().parents[1] / "docs" / "paper" / "full-unlock" / "seed0" /
+                       "cells" / "complete-depth3.json").read_text())
+    settings = dict(cell["settings"]["config"], iterations=938)
+    config = PaperConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})
+    assert config.generator_init == "sgrad"
+    history = train_paper("complete", tuple(prepare_mnist(load_mnist(_real_mnist()), dtype="float32")), config)
+    assert history["test_accuracy"] == cell["history"]["test_accuracy"][:1]
+    assert history["train_loss"] == cell["history"]["train_loss"][:1]
 
 
 @pytest.mark.skipif(_real_mnist() is None, reason="set SGRAD_DATA_DIR to a folder holding the real mnist.npz")

@@ -23,6 +23,7 @@ from sgrad.dni.generators import (CONV_CONDITIONING, ConvGenerator, LinearGenera
                                   regression_loss)
 from sgrad.nn.conditioned_conv import ConditionedConv2d
 from sgrad.nn.conv import Conv2d
+from sgrad.nn.layers import Layer
 
 BATCH, WIDTH, CONDITION, HIDDEN = 6, 4, 3, (16, 16)
 CLASSES = {"linear": LinearGenerator, "mlp": MLPGenerator, "synthetic-loss": SyntheticLossGenerator}
@@ -116,6 +117,56 @@ def test_mlp_output_layer_starts_at_zero_so_the_synthetic_gradient_is_zero(batch
     np.testing.assert_array_equal(output_layer.bias, np.zeros(WIDTH))
     np.testing.assert_array_equal(generator.forward(_h(), _condition()), np.zeros((BATCH, WIDTH)))
 
+
+@BATCHNORM
+def test_the_default_start_is_he_normal_hidden_weights_from_the_seed_and_every_bias_and_the_output_zero(batchnorm):
+    generator = MLPGenerator(WIDTH, CONDITION, hidden=HIDDEN, batchnorm=batchnorm, seed=0)
+    rng = np.random.default_rng(0)
+    for (a, b), block in zip(((WIDTH + CONDITION, 16), (16, 16)), generator.net.modules[:-1]):
+        np.testing.assert_array_equal(block.modules[0].weights, rng.standard_normal((a, b)) * np.sqrt(2.0 / a))
+        if not batchnorm:
+            np.testing.assert_array_equal(block.modules[0].bias, np.zeros(b))
+    np.testing.assert_array_equal(generator.net.modules[-1].weights, np.zeros((16, WIDTH)))
+    np.testing.assert_array_equal(generator.net.modules[-1].bias, np.zeros(WIDTH))
+
+
+def test_pytorchs_start_draws_as_the_peers_synthesizer_with_the_label_through_a_linear_of_its_own():
+    """koz4k/dni-pytorch's BasicSynthesizer: Linear(h) + Linear(c) → ReLU → Linear → ReLU → Linear with zero weights,
+    every nn.Linear drawn U(±1/√fan_in), weights and bias alike."""
+    generator = MLPGenerator(256, 10, hidden=(256, 256), batchnorm=False, init="pytorch", bias_init="pytorch", seed=0)
+    first, second, out = generator.net.modules[0].modules[0], generator.net.modules[1].modules[0], generator.net.modules[2]
+    for array, fan_in in ((first.weights[:256], 256), (first.weights[256:], 10), (second.weights, 256),
+                          (second.bias, 256), (out.bias, 256)):
+        assert 0.97 / np.sqrt(fan_in) < np.abs(array).max() <= 1 / np.sqrt(fan_in)
+        assert abs(array.std() - 1 / np.sqrt(3 * fan_in)) < 0.1 / np.sqrt(fan_in)
+    assert abs(first.bias.std() - np.sqrt(1 / (3 * 256) + 1 / (3 * 10))) < 0.02  # one bias for h's Linear, one for c's
+    np.testing.assert_array_equal(out.weights, np.zeros((256, 256)))
+    h, c = np.random.default_rng(1).standard_normal((5, 256)), np.eye(10)[:5]
+    np.testing.assert_array_equal(generator.forward(h, c), np.broadcast_to(out.bias, (5, 256)))  # ĝ starts at the bias
+
+
+def test_a_linear_generators_pytorch_bias_is_one_per_part_and_the_start_of_g_hat():
+    generator = LinearGenerator(256, 10, bias_init="pytorch", seed=0)
+    np.testing.assert_array_equal(generator.weights, np.zeros((266, 256)))
+    assert abs(generator.bias.std() - np.sqrt(1 / (3 * 256) + 1 / (3 * 10))) < 0.02
+    assert np.abs(generator.bias).max() <= 1 / np.sqrt(256) + 1 / np.sqrt(10)
+    h = np.random.default_rng(1).standard_normal((5, 256))
+    np.testing.assert_array_equal(generator.forward(h, np.eye(10)[:5]), np.broadcast_to(generator.bias, (5, 256)))
+
+
+def test_without_a_label_pytorchs_start_draws_the_first_layer_as_one_linear():
+    generator, layer = (MLPGenerator(WIDTH, hidden=(16,), batchnorm=False, init="pytorch", bias_init="pytorch", seed=3),
+                        Layer(WIDTH, 16, "identity", init="pytorch", bias_init="pytorch", seed=3))
+    np.testing.assert_array_equal(generator.net.modules[0].modules[0].weights, layer.weights)
+    np.testing.assert_array_equal(generator.net.modules[0].modules[0].bias, layer.bias)
+
+
+@pytest.mark.parametrize("make", [lambda: MLPGenerator(WIDTH, bias_init="he"),
+                                  lambda: LinearGenerator(WIDTH, bias_init="uniform"),
+                                  lambda: SyntheticLossGenerator(WIDTH, bias_init="one")])
+def test_an_unknown_bias_init_is_refused(make):
+    with pytest.raises(ValueError, match="unknown bias_init '.*'; choose one of 'zeros', 'pytorch'"):
+        make()
 
 def test_fresh_synthetic_loss_generator_predicts_log_two_and_a_zero_synthetic_gradient():
     generator = _generator("synthetic-loss", randomise=False)

@@ -302,3 +302,32 @@ def test_pytorch_bias_init_is_uniform_within_one_over_the_square_root_of_fan_in_
                                   err_msg="the bias is drawn after the weights")
     with pytest.raises(ValueError, match="unknown bias_init 'he'; choose one of 'zeros', 'pytorch'"):
         Layer(4, 3, "relu", bias_init="he")
+
+
+def test_parts_draw_each_parts_rows_and_a_bias_per_part_with_the_parts_own_fan_in():
+    layer = Layer(794, 2000, "relu", init="pytorch", bias_init="pytorch", parts=(784, 10), seed=0)
+    for rows, fan_in in ((layer.weights[:784], 784), (layer.weights[784:], 10)):
+        assert 0.99 / np.sqrt(fan_in) < np.abs(rows).max() <= 1 / np.sqrt(fan_in)
+        assert abs(rows.std() - 1 / np.sqrt(3 * fan_in)) < 0.02 / np.sqrt(fan_in)
+    # the sum of U(±1/√784) and U(±1/√10): its variance is the sum of theirs, and it can pass either bound
+    assert abs(layer.bias.std() - np.sqrt(1 / (3 * 784) + 1 / (3 * 10))) < 0.01
+    assert 1 / np.sqrt(10) < np.abs(layer.bias).max() <= 1 / np.sqrt(784) + 1 / np.sqrt(10)
+
+
+def test_one_part_is_the_layer_without_parts_bit_for_bit():
+    for options in ({}, {"init": "pytorch", "bias_init": "pytorch"}):
+        plain, one = Layer(7, 3, "relu", seed=4, **options), Layer(7, 3, "relu", parts=(7,), seed=4, **options)
+        np.testing.assert_array_equal(one.weights, plain.weights)
+        np.testing.assert_array_equal(one.bias, plain.bias)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"parts": (3, 3)}, r"parts must be the widths of the input's parts, summing to input_dim = 5, such as \(5,\); "
+                        r"got \(3, 3\)"),
+    ({"parts": ()}, "parts must be the widths of the input's parts, summing to input_dim = 5"),
+    ({"parts": (5, 0)}, "every width in parts must be at least 1; got 0"),
+    ({"parts": (4, 1), "init": np.zeros((5, 2))}, "parts draw each part's rows of the weights, but init is an array"),
+])
+def test_parts_that_do_not_fit_the_input_are_refused(options, message):
+    with pytest.raises(ValueError, match=message):
+        Layer(5, 2, "relu", **options)

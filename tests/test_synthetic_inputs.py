@@ -107,6 +107,30 @@ def test_the_label_enters_through_its_own_rows_of_the_first_weights():
     np.testing.assert_allclose(generator.predict(x, c), x @ first.weights[:INPUT] + c @ first.weights[INPUT:])
 
 
+def test_pytorchs_start_draws_as_the_peers_forward_synthesizer_and_predicts_its_output_bias():
+    """koz4k/dni-pytorch's BasicSynthesizer of x (784) and c (10), two hidden layers of 256: every nn.Linear drawn
+    U(±1/√fan_in), c through a Linear of its own, the output's weights zero and its bias not."""
+    generator = InputGenerator(784, 256, 10, hidden=(256, 256), init="pytorch", bias_init="pytorch", seed=0)
+    first, second, out = (generator.net.modules[0].modules[0], generator.net.modules[1].modules[0],
+                          generator.net.modules[2])
+    for array, fan_in in ((first.weights[:784], 784), (first.weights[784:], 10), (second.weights, 256),
+                          (second.bias, 256), (out.bias, 256)):
+        assert 0.97 / np.sqrt(fan_in) < np.abs(array).max() <= 1 / np.sqrt(fan_in)
+        assert abs(array.std() - 1 / np.sqrt(3 * fan_in)) < 0.1 / np.sqrt(fan_in)
+    assert abs(first.bias.std() - np.sqrt(1 / (3 * 784) + 1 / (3 * 10))) < 0.02
+    np.testing.assert_array_equal(out.weights, np.zeros((256, 256)))
+    x, c = normal(np.random.default_rng(0), 5, 784), np.eye(10)[:5]
+    np.testing.assert_array_equal(generator.forward(x, c), np.broadcast_to(out.bias, (5, 256)))
+
+
+def test_the_default_start_draws_the_hidden_weights_as_init_says_and_no_bias():
+    generator = InputGenerator(INPUT, WIDTH, CLASSES, hidden=(7,), init="pytorch", seed=2)
+    block = dense_block(INPUT + CLASSES, 7, "relu", batchnorm=False, init="pytorch", seed=2)
+    np.testing.assert_array_equal(generator.net.modules[0].modules[0].weights, block.modules[0].weights)
+    np.testing.assert_array_equal(generator.net.modules[0].modules[0].bias, np.zeros(7))
+    with pytest.raises(ValueError, match="unknown bias_init 'he'; choose one of 'zeros', 'pytorch'"):
+        InputGenerator(INPUT, WIDTH, bias_init="he")
+
 def test_same_seed_same_parameters_and_another_seed_others():
     a, b, other = (InputGenerator(INPUT, WIDTH, hidden=(7,), seed=s) for s in (4, 4, 5))
     for name in a.parameters:

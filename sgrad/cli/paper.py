@@ -4,8 +4,8 @@ import argparse
 from typing import Any
 
 from ..experiments.binary_addition import TARGETS
-from ..experiments.mnist import (ARCHITECTURES, COMPLETE, INTERFACE_POSITIONS, LOSS_REDUCTIONS, PAPER_METHODS,
-                                 WEIGHT_INITS, PaperConfig, check_grid, results_table, run_grid)
+from ..experiments.mnist import (ARCHITECTURES, COMPLETE, GENERATOR_INITS, INTERFACE_POSITIONS, LOSS_REDUCTIONS,
+                                 PAPER_METHODS, WEIGHT_INITS, PaperConfig, check_grid, results_table, run_grid)
 from ..training.settings import DECOUPLED
 from .argument_types import subset_of, whole_number, whole_numbers, widths
 from .training_options import PAPER_DEFAULTS, WRITES, add_mnist_training, print_progress, refuse_unused
@@ -77,6 +77,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--init", choices=WEIGHT_INITS, default=PAPER_DEFAULTS.init,
                         help="the weights of the blocks and the top: he (He normal, a Xavier top; default) or "
                              "pytorch (uniform within 1/sqrt(fan_in), PyTorch's default for nn.Linear)")
+    parser.add_argument("--generator-init", choices=GENERATOR_INITS, default=PAPER_DEFAULTS.generator_init,
+                        help="how the generators start: sgrad (He normal hidden weights, or --init's for the input "
+                             "generators, and zero biases: they predict 0 at first; default) or pytorch "
+                             "(koz4k/dni-pytorch's synthesizer: PyTorch's nn.Linear start, weights and biases "
+                             "uniform within 1/sqrt(fan_in), the label through a Linear of its own, output weights "
+                             "zero and output biases uniform)")
     add_mnist_training(parser, "paper", iterations=PAPER_DEFAULTS.iterations, eval_every=PAPER_DEFAULTS.eval_every,
                        unit="cell")
     return parser
@@ -95,7 +101,8 @@ def run(args: argparse.Namespace) -> str:
                   reason=f"it sets the width of fully connected blocks, and --arch {args.arch} builds {builds}",
                   fix="leave {flag} out")
     refuse_unused(args, {"generator": PAPER_DEFAULTS.generator, "generator_hidden": None,
-                         "no_generator_batchnorm": False, "generator_lr": PAPER_DEFAULTS.generator_alpha},
+                         "no_generator_batchnorm": False, "generator_lr": PAPER_DEFAULTS.generator_alpha,
+                         "generator_init": PAPER_DEFAULTS.generator_init},
                   used=args.methods is None or any(method in DECOUPLED for method in args.methods),
                   reason=f"it sets the generators, and --methods {','.join(args.methods or ())} trains none",
                   fix="add dni, cdni, synthetic-loss, complete or ccomplete to --methods, or leave {flag} out",
@@ -113,7 +120,7 @@ def run(args: argparse.Namespace) -> str:
         eval_every=args.eval_every, dtype=args.dtype, seed=args.seed, arch=args.arch, channels=args.channels,
         kernel_size=args.kernel_size, depth=args.depths[0], interfaces=args.interfaces,
         interface_position=args.interface_position, generator_targets=args.targets, loss=args.loss,
-        logit_batchnorm=args.logit_batchnorm, init=args.init)
+        logit_batchnorm=args.logit_batchnorm, init=args.init, generator_init=args.generator_init)
     # Before MNIST is loaded (or downloaded); run_grid checks again against the data it gets.
     check_grid(methods, args.depths, config, input_dim=IMAGE_SHAPE[0] * IMAGE_SHAPE[1],
                train_examples=args.train_subset, checkpoint_every=args.checkpoint_every or None)

@@ -43,6 +43,7 @@ from ..nn.nonlinearities import sigmoid
 
 CONV_CONDITIONING = ("channels", "linear")  # how a ConvGenerator's first layer takes c
 CONV_GENERATOR_INITS = ("he", "pytorch")
+GENERATOR_BIAS_INITS = ("zeros", "pytorch")  # a dense generator's biases: zero, or PyTorch's nn.Linear start
 
 
 def check_generator_interface(generator: Any) -> None:
@@ -58,6 +59,33 @@ def regression_loss(prediction: np.ndarray, target: np.ndarray) -> tuple[float, 
     diff = prediction - target
     batch = prediction.shape[0]
     return 0.5 * float(np.vdot(diff, diff)) / batch, diff / batch  # vdot: the sum of squares in one pass
+
+
+def generator_net(part_widths: Sequence[int], hidden: Sequence[int], output_dim: int, *, init: Any = "he",
+                  bias_init: str = "zeros", batchnorm: bool = False, update_rule: Any = None,
+                  rng: np.random.Generator | None = None, dtype: Any = np.float64) -> Sequential:
+    """A dense generator's network on its input's parts side by side, e.g. ``[h, c]`` of widths ``(256, 10)``.
+
+    Hidden Linear→(BatchNorm)→ReLU blocks of widths ``hidden``, then a linear output layer of ``output_dim``
+    whose weights start at zero; ``init`` draws the hidden layers' weights.  ``bias_init``:
+
+    - 'zeros' (default): every bias starts at zero, so the output starts at zero;
+    - 'pytorch': every layer starts as PyTorch's ``nn.Linear``: each bias U(-1/√fan_in, 1/√fan_in), the
+      output layer's included (the output starts at that bias, one constant per feature), and the first
+      layer as one ``nn.Linear`` per part with their outputs added (its weights' rows and a bias drawn for
+      each part with the part's own fan-in: ``fan_in = 10`` for one-hot labels c).  With ``init='pytorch'``
+      that is the start of koz4k/dni-pytorch's ``BasicSynthesizer``, whose output layer's weights are zero.
+    """
+    bias_init = argument_checks.check_choice(bias_init, "bias_init", GENERATOR_BIAS_INITS)
+    part_widths = tuple(width for width in part_widths if width)
+    parts = part_widths if bias_init == "pytorch" else None  # 'zeros': one part, a single draw of the weights
+    widths = (sum(part_widths), *argument_checks.check_widths(hidden, "hidden"))
+    blocks = [dense_block(a, b, "relu", batchnorm=batchnorm, init=init, bias_init=bias_init,
+                          parts=parts if k == 0 else None, update_rule=update_rule, rng=rng, dtype=dtype)
+              for k, (a, b) in enumerate(zip(widths[:-1], widths[1:]))]
+    out = Layer(widths[-1], output_dim, "identity", init="zeros", bias_init=bias_init,
+                parts=None if blocks else parts, update_rule=update_rule, rng=rng, dtype=dtype)
+    return Sequential(blocks + [out])
 
 
 class Generator(Module):
@@ -169,6 +197,8 @@ class LinearGenerator(Generator):
     concatenates c (e.g. the labels) to h.  ``init='zeros'`` (the default, as in
     the paper) starts with ĝ = 0, so a fresh DNI layer does not move until its
     generator has learned something; ``init='blog'`` is the blog's random start.
+    ``bias_init='pytorch'`` draws the bias as PyTorch's ``nn.Linear`` does, one on h and one on c
+    (:func:`generator_net`), so ĝ starts at that bias: koz4k/dni-pytorch's start without hidden layers.
     ``weights``, ``bias`` and ``update_rule`` are those of its one layer, ``net``;
     ``weights_grad`` and ``bias_grad`` are its :attr:`gradients` from the last update.
     """
@@ -176,12 +206,14 @@ class LinearGenerator(Generator):
     weights, bias = _OfTheLayer(), _OfTheLayer()
 
     def __init__(self, output_dim: int, condition_dim: int = 0, *, init: str = "zeros", bias: bool = True,
-                 update_rule: Any = None, seed: int | None = None, rng: np.random.Generator | None = None,
-                 dtype: Any = np.float64) -> None:
+                 bias_init: str = "zeros", update_rule: Any = None, seed: int | None = None,
+                 rng: np.random.Generator | None = None, dtype: Any = np.float64) -> None:
         output_dim = argument_checks.check_integer(output_dim, "output_dim")
         condition_dim = argument_checks.check_integer(condition_dim, "condition_dim", minimum=0)
-        net = Layer(output_dim + condition_dim, output_dim, "identity", bias=bias, init=init,
-                    update_rule=update_rule, seed=seed, rng=rng, dtype=dtype)
+        bias_init = argument_checks.check_choice(bias_init, "bias_init", GENERATOR_BIAS_INITS)
+        parts = tuple(width for width in (output_dim, condition_dim) if width) if bias_init == "pytorch" else None
+        net = Layer(output_dim + condition_dim, output_dim, "identity", bias=bias, init=init, bias_init=bias_init,
+                    parts=parts, update_rule=update_rule, seed=seed, rng=rng, dtype=dtype)
         super().__init__(net, output_dim, condition_dim)
 
     def parameter_jacobians(self, h: np.ndarray, condition: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -228,23 +260,23 @@ class MLPGenerator(Generator):
     """ĝ = MLP([h, c]): hidden Linear→(BatchNorm)→ReLU blocks, then a zero-initialised linear output.
 
     ``hidden=(1024, 1024), batchnorm=True`` is the generator of the public
-    TensorFlow reproduction of the paper's MNIST experiments.  The zero output
-    layer makes ĝ = 0 at the start, as for :class:`LinearGenerator`.
+    TensorFlow reproduction of the paper's MNIST experiments.  The hidden weights are
+    drawn by ``init`` (default He normal) and the output layer's weights start at zero;
+    with ``bias_init='zeros'`` (default) so do all biases, and ĝ = 0 at the start, as for
+    :class:`LinearGenerator`.  ``init='pytorch', bias_init='pytorch'`` is the start of
+    koz4k/dni-pytorch's synthesizer (:func:`generator_net`).
     """
 
     def __init__(self, output_dim: int, condition_dim: int = 0, *, hidden: Sequence[int] = (1024, 1024),
-                 batchnorm: bool = True, update_rule: Any = None, seed: int | None = None,
-                 rng: np.random.Generator | None = None, dtype: Any = np.float64,
+                 batchnorm: bool = True, init: str = "he", bias_init: str = "zeros", update_rule: Any = None,
+                 seed: int | None = None, rng: np.random.Generator | None = None, dtype: Any = np.float64,
                  prediction_dim: int | None = None) -> None:
         output_dim = argument_checks.check_integer(output_dim, "output_dim")
         condition_dim = argument_checks.check_integer(condition_dim, "condition_dim", minimum=0)
         rng = argument_checks.make_rng(seed, rng)
-        widths = (output_dim + condition_dim, *argument_checks.check_widths(hidden, "hidden"))
-        blocks = [dense_block(a, b, "relu", batchnorm=batchnorm, update_rule=update_rule, rng=rng, dtype=dtype)
-                  for a, b in zip(widths[:-1], widths[1:])]
-        out = Layer(widths[-1], prediction_dim or output_dim, "identity", init="zeros", update_rule=update_rule,
-                    rng=rng, dtype=dtype)
-        super().__init__(Sequential(blocks + [out]), output_dim, condition_dim)
+        net = generator_net((output_dim, condition_dim), hidden, prediction_dim or output_dim, init=init,
+                            bias_init=bias_init, batchnorm=batchnorm, update_rule=update_rule, rng=rng, dtype=dtype)
+        super().__init__(net, output_dim, condition_dim)
 
 
 class SyntheticLossGenerator(MLPGenerator):

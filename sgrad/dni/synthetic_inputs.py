@@ -25,8 +25,7 @@ from typing import Any
 import numpy as np
 
 from .. import argument_checks
-from ..nn.blocks import Sequential, dense_block
-from ..nn.layers import Layer
+from .generators import generator_net
 from ..nn.module import Module, restored_on_error, running_averages_kept
 
 
@@ -44,14 +43,16 @@ class InputGenerator(Module):
     condition_dim : width of c (e.g. 10 for one-hot labels); 0 leaves it unconditioned.
     hidden : widths of the hidden Linear→(BatchNorm)→ReLU blocks on ``[x, c]``; ``()`` makes I linear.
     batchnorm, init, update_rule, seed, rng, dtype : of those blocks (``init`` as for
-        :func:`~sgrad.nn.blocks.dense_block`); the output layer starts at zero, so ĥ = 0 at first.
+        :func:`~sgrad.nn.blocks.dense_block`); the output layer's weights start at zero.
+    bias_init : 'zeros' (default: every bias zero, so ĥ = 0 at first) or 'pytorch' (PyTorch's
+        ``nn.Linear`` start, with c through a Linear of its own: :func:`~sgrad.dni.generators.generator_net`).
 
     ``forward(x, c)`` predicts ĥ and remembers what :meth:`update` needs; ``update(h, alpha)`` takes one
     descent step on ``L_I`` against the real h and returns ``L_I``; ``predict`` has no side effects.
     """
 
     def __init__(self, input_dim: int, output_dim: int, condition_dim: int = 0, *, hidden: Sequence[int] = (256, 256),
-                 batchnorm: bool = False, init: str = "he", update_rule: Any = None,
+                 batchnorm: bool = False, init: str = "he", bias_init: str = "zeros", update_rule: Any = None,
                  seed: argument_checks.Seed = None, rng: np.random.Generator | None = None,
                  dtype: Any = np.float64) -> None:
         self.input_dim = argument_checks.check_integer(input_dim, "input_dim")
@@ -59,12 +60,9 @@ class InputGenerator(Module):
         self.condition_dim = argument_checks.check_integer(condition_dim, "condition_dim", minimum=0)
         self.dtype = argument_checks.check_float_dtype(dtype)
         rng = argument_checks.make_rng(seed, rng)
-        widths = (self.input_dim + self.condition_dim, *argument_checks.check_widths(hidden, "hidden"))
-        blocks = [dense_block(a, b, "relu", batchnorm=batchnorm, init=init, update_rule=update_rule, rng=rng,
-                              dtype=self.dtype) for a, b in zip(widths[:-1], widths[1:])]
-        out = Layer(widths[-1], self.output_dim, "identity", init="zeros", update_rule=update_rule, rng=rng,
-                    dtype=self.dtype)
-        self.net = Sequential(blocks + [out])
+        self.net = generator_net((self.input_dim, self.condition_dim), hidden, self.output_dim, init=init,
+                                 bias_init=bias_init, batchnorm=batchnorm, update_rule=update_rule, rng=rng,
+                                 dtype=self.dtype)
         self.update_state = {}
         self.input: np.ndarray | None = None
         self.synthetic_input: np.ndarray | None = None

@@ -68,6 +68,7 @@ ARCHITECTURES = ("mlp", "cnn", "peer-cnn")
 CONDITIONED = ("cdni", "synthetic-loss", "ccomplete")  # the methods whose generators are given the one-hot label
 COMPLETE = ("complete", "ccomplete")  # the methods whose interfaces also predict their h_k from x (synthetic inputs)
 WEIGHT_INITS = ("he", "pytorch")
+GENERATOR_INITS = ("sgrad", "pytorch")  # how the generators of the fully connected nets start
 INTERFACE_POSITIONS = ("after", "before")  # where on a block an interface sits: after its nonlinearity, or before
 LOSS_REDUCTIONS = ("sum", "mean")
 NUM_CLASSES = 10
@@ -107,7 +108,8 @@ class PaperConfig:
     the defaults are the paper's method as above, and ``interfaces=(2,), interface_position='before',
     loss='mean', logit_batchnorm=True, init='pytorch'`` is the MNIST MLP example of koz4k/dni-pytorch, and
     with ``batch_size=64, iterations=9380, generator_hidden=(256, 256), generator_batchnorm=False`` and
-    the methods ``complete`` and ``ccomplete``, its full-unlock example):
+    the methods ``complete`` and ``ccomplete``, its full-unlock example; ``generator_init='pytorch'`` then
+    starts the generators as its synthesizers start):
 
     interfaces : 'every' hidden block, or the numbers of the blocks that get one (1 is the lowest),
         e.g. ``(2,)``.  A block without an interface learns from the ĝ of the first interface above
@@ -130,6 +132,12 @@ class PaperConfig:
         the layers above their interface as the blocks do.
         Behind batch norm a block's output does not depend on its weights' scale, but Adam's steps
         have a fixed size, so smaller weights learn faster.
+    generator_init : how the generators (gradient and input generators) start: 'sgrad' (the gradient
+        generators' hidden weights He normal, the input generators' as ``init``, every bias and the
+        output layers' weights zero, so ĝ = 0 and ĥ = 0 at first) or 'pytorch' (koz4k/dni-pytorch's
+        synthesizer: every layer as PyTorch's ``nn.Linear``, weights and biases U(-1/√fan_in, 1/√fan_in),
+        the label through a Linear of its own with fan_in = 10, the output layers' weights zero and their
+        biases uniform: :func:`~sgrad.dni.generators.generator_net`).
     """
 
     depth: int = 3
@@ -155,6 +163,7 @@ class PaperConfig:
     loss: str = "sum"
     logit_batchnorm: bool = False
     init: str = "he"
+    generator_init: str = "sgrad"
 
     def __post_init__(self) -> None:
         check_settings(self, {
@@ -175,11 +184,13 @@ class PaperConfig:
             "loss": check_choice(self.loss, "loss", LOSS_REDUCTIONS),
             "logit_batchnorm": check_bool(self.logit_batchnorm, "logit_batchnorm"),
             "init": check_choice(self.init, "init", WEIGHT_INITS),
+            "generator_init": check_choice(self.generator_init, "generator_init", GENERATOR_INITS),
         })
         if self.kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd, so that padding keeps the maps' size; got {self.kernel_size}. "
                              f"Use {self.kernel_size + 1} or {self.kernel_size - 1}")
-        mlp_only = {"interfaces": "every", "interface_position": "after", "logit_batchnorm": False, "init": "he"}
+        mlp_only = {"interfaces": "every", "interface_position": "after", "logit_batchnorm": False, "init": "he",
+                    "generator_init": "sgrad"}
         changed = [name for name, default in mlp_only.items() if getattr(self, name) != default]
         if self.arch == "peer-cnn":
             check_peer_cnn_settings(self)
@@ -286,16 +297,19 @@ def build_input_generators(method: str, input_dim: int, config: PaperConfig) -> 
 
     I_k predicts h_k, the output of the interface's block (``hidden`` wide), from x (``input_dim``
     wide) and, for ``ccomplete``, the one-hot label: hidden widths and batch norm as the gradient
-    generators' (``generator_hidden`` for 'mlp', none for 'linear'), hidden weights as ``init``, and a
-    zero output layer.  Its initial weights depend only on the seed, the interface's number and its settings.
+    generators' (``generator_hidden`` for 'mlp', none for 'linear'), and the start ``generator_init`` says (for
+    'sgrad', hidden weights as ``init`` and zero biases and output weights).  Its initial weights depend only on
+    the seed, the interface's number and its settings.
     """
     _check_arch(method, config)
     if method not in COMPLETE:
         return []
     seeds = np.random.SeedSequence(config.seed).spawn(4)[3].spawn(config.depth)
     hidden = config.generator_hidden if config.generator == "mlp" else ()
+    pytorch = config.generator_init == "pytorch"
     return [InputGenerator(input_dim, config.hidden, NUM_CLASSES if method in CONDITIONED else 0, hidden=hidden,
-                           batchnorm=config.generator_batchnorm, init=config.init, update_rule=config.update_rule,
+                           batchnorm=config.generator_batchnorm, init="pytorch" if pytorch else config.init,
+                           bias_init="pytorch" if pytorch else "zeros", update_rule=config.update_rule,
                            seed=seeds[k - 1], dtype=np.dtype(config.dtype))
             for k in config.interface_blocks]
 
@@ -365,14 +379,16 @@ def _generator(method, width, config, rng, dtype):
     """
     condition_dim = NUM_CLASSES if method in CONDITIONED else 0
     hidden = config.generator_hidden if config.generator == "mlp" else ()
+    bias_init = "pytorch" if config.generator_init == "pytorch" else "zeros"
+    if config.generator == "linear" and method != "synthetic-loss":
+        return LinearGenerator(width, condition_dim, bias_init=bias_init, update_rule=config.update_rule, rng=rng,
+                               dtype=dtype)
+    options = {"hidden": hidden, "batchnorm": config.generator_batchnorm,
+               "init": "he" if bias_init == "zeros" else "pytorch", "bias_init": bias_init,
+               "update_rule": config.update_rule, "rng": rng, "dtype": dtype}
     if method == "synthetic-loss":
-        return SyntheticLossGenerator(width, condition_dim, initial_loss=float(np.log(NUM_CLASSES)), hidden=hidden,
-                                      batchnorm=config.generator_batchnorm, update_rule=config.update_rule, rng=rng,
-                                      dtype=dtype)
-    if config.generator == "linear":
-        return LinearGenerator(width, condition_dim, update_rule=config.update_rule, rng=rng, dtype=dtype)
-    return MLPGenerator(width, condition_dim, hidden=hidden, batchnorm=config.generator_batchnorm,
-                        update_rule=config.update_rule, rng=rng, dtype=dtype)
+        return SyntheticLossGenerator(width, condition_dim, initial_loss=float(np.log(NUM_CLASSES)), **options)
+    return MLPGenerator(width, condition_dim, **options)
 
 
 def mean_cross_entropy(logits: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
@@ -563,6 +579,8 @@ def _relevant(method, settings):
     arch = settings.get("arch", "mlp")
     unused = ("channels", "kernel_size") if arch == "mlp" else ("hidden",) if arch == "cnn" else PEER_FIXED[1:]
     settings = {k: v for k, v in settings.items() if k not in unused}
+    if settings.get("generator_init") == "sgrad":  # the start every cell had before there was a choice
+        del settings["generator_init"]
     if method not in DECOUPLED:
         return {k: v for k, v in settings.items() if not k.startswith("generator") and k != "interfaces"}
     return settings

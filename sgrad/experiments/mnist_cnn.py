@@ -132,7 +132,7 @@ PEER_HIDDEN = 50  # the dense layer between the maps and the 10 logits
 PEER_SYNTHESIZER = (20, 20)  # the synthesizer's hidden channels, each a 5×5 convolution padded by 2
 # The PaperConfig fields that shape a network; the peer's example fixes all of them.
 PEER_FIXED = ("depth", "hidden", "batchnorm", "channels", "kernel_size", "generator", "generator_hidden",
-              "generator_batchnorm", "interfaces", "interface_position", "logit_batchnorm", "init")
+              "generator_batchnorm", "interfaces", "interface_position", "logit_batchnorm", "init", "generator_init")
 
 
 def check_peer_cnn_settings(config: Any) -> None:

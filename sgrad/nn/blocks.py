@@ -9,7 +9,7 @@ sit wherever a layer can, including under one DNI (:class:`sgrad.DNIBlock`):
 - ``update(alpha)`` takes one descent step; ``parameters`` and ``gradients`` are dicts.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -143,17 +143,19 @@ def check_module(module: Any, name: str, *, sized: bool = False) -> None:
 
 
 def dense_block(input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray] = "relu", *,
-                batchnorm: bool = True, init: str | np.ndarray = "he", update_rule: str | UpdateRule | None = None,
+                batchnorm: bool = True, init: str | np.ndarray = "he", bias_init: str = "zeros",
+                parts: Sequence[int] | None = None, update_rule: str | UpdateRule | None = None,
                 seed: argument_checks.Seed = None, rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64
                 ) -> Sequential:
     """The paper's hidden block: Linear→BatchNorm→nonlinearity (or Linear→nonlinearity without batch norm).
 
-    With batch norm the linear map has no bias: the norm's shift beta plays its part.
+    With batch norm the linear map has no bias: the norm's shift beta plays its part.  ``init``,
+    ``bias_init`` and ``parts`` are the linear map's (:class:`~sgrad.Layer`).
     """
     batchnorm = argument_checks.check_bool(batchnorm, "batchnorm")
     rng = argument_checks.make_rng(seed, rng)
-    linear = Layer(input_dim, output_dim, "identity", bias=not batchnorm, init=init, update_rule=update_rule,
-                   rng=rng, dtype=dtype)
+    linear = Layer(input_dim, output_dim, "identity", bias=not batchnorm, init=init, bias_init=bias_init, parts=parts,
+                   update_rule=update_rule, rng=rng, dtype=dtype)
     modules: list[Any] = [linear]
     if batchnorm:
         modules.append(BatchNorm(output_dim, update_rule=update_rule, dtype=dtype))

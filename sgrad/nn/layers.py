@@ -1,6 +1,6 @@
 """The blog's ``Layer``: a dense layer with a hand-written forward and backward pass."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import DTypeLike
@@ -36,6 +36,12 @@ class Layer(WeightsAndBias):
         array of shape (input_dim, output_dim).
     bias_init : str
         'zeros' (default) or 'pytorch': U(-1/√input_dim, 1/√input_dim), PyTorch's default.
+    parts : tuple of int, or None
+        The widths of the parts that lie side by side in the input (summing to input_dim), e.g.
+        ``(256, 10)`` for ``[h, c]``.  Each part's rows of the weights are drawn with its own fan-in, and
+        the bias is the sum of one bias per part, each drawn with its part's fan-in: the start of one
+        ``nn.Linear`` per part with their outputs added, as PyTorch code often takes a condition c.
+        None (default): one part, ``(input_dim,)``.
     update_rule : str or UpdateRule
         'sgd' (default, the blog's), 'momentum', 'adam', or an
         :class:`~sgrad.nn.optimizers.UpdateRule` instance.
@@ -59,18 +65,24 @@ class Layer(WeightsAndBias):
 
     def __init__(self, input_dim: int, output_dim: int, nonlin: str | Callable[[np.ndarray], np.ndarray],
                  nonlin_deriv: Callable[[np.ndarray], np.ndarray] | None = None, *, bias: bool = True,
-                 init: str | np.ndarray = "xavier", bias_init: str = "zeros", update_rule: str | UpdateRule | None = None,
-                 seed: argument_checks.Seed = None, rng: np.random.Generator | None = None,
-                 dtype: DTypeLike = np.float64) -> None:
+                 init: str | np.ndarray = "xavier", bias_init: str = "zeros", parts: Sequence[int] | None = None,
+                 update_rule: str | UpdateRule | None = None, seed: argument_checks.Seed = None,
+                 rng: np.random.Generator | None = None, dtype: DTypeLike = np.float64) -> None:
         self.input_dim = argument_checks.check_integer(input_dim, "input_dim")
         self.output_dim = argument_checks.check_integer(output_dim, "output_dim")
         self.nonlin, self.nonlin_deriv = resolve_nonlinearity(nonlin, nonlin_deriv)
         self.dtype = argument_checks.check_float_dtype(dtype)
         rng = argument_checks.make_rng(seed, rng)
-        self.weights = initialize(init, (self.input_dim, self.output_dim), rng, self.dtype)
+        parts = _check_parts(parts, self.input_dim)
+        if isinstance(init, np.ndarray) and len(parts) > 1:
+            raise ValueError(f"parts draw each part's rows of the weights, but init is an array that gives them all; "
+                             f"got parts={parts}. Leave parts out, or give init as a name such as 'pytorch'")
         bias_init = argument_checks.check_choice(bias_init, "bias_init", BIAS_INITIALIZERS)
-        self.bias = (initial_bias(bias_init, self.output_dim, self.input_dim, rng, self.dtype)
-                     if argument_checks.check_bool(bias, "bias") else None)
+        bias = argument_checks.check_bool(bias, "bias")
+        # Each part's rows in turn, then each part's bias: one part (the default) draws as a single nn.Linear.
+        self.weights = np.concatenate([initialize(init, (width, self.output_dim), rng, self.dtype) for width in parts])
+        self.bias = (np.sum([initial_bias(bias_init, self.output_dim, width, rng, self.dtype) for width in parts],
+                            axis=0, dtype=self.dtype) if bias else None)
         self._start_learning(update_rule)
         self.input: np.ndarray | None = None
         self.output: np.ndarray | None = None
@@ -114,3 +126,14 @@ class Layer(WeightsAndBias):
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({self.input_dim}, {self.output_dim}, "
                 f"nonlin={self.nonlin.__name__}, bias={self.bias is not None})")
+
+
+def _check_parts(parts: Sequence[int] | None, input_dim: int) -> tuple[int, ...]:
+    """``parts`` as a tuple of widths >= 1 that sum to ``input_dim``; None: ``(input_dim,)``."""
+    if parts is None:
+        return (input_dim,)
+    widths = argument_checks.check_widths(parts, "parts")
+    if not widths or sum(widths) != input_dim:
+        raise ValueError(f"parts must be the widths of the input's parts, summing to input_dim = {input_dim}, such as "
+                         f"({input_dim},); got {parts!r}")
+    return widths
