@@ -636,7 +636,7 @@ def curves(args):
     if args.also:
         sides.append((paper_runs(args.also), "#55a868", f"sgrad paper, {args.also_label}"))
     methods = [m for m in EXAMPLES[args.example].methods if any(m in runs for runs, _, _ in sides)]
-    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 3.4), squeeze=False)
+    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 4.0), squeeze=False)
     for ax, method in zip(axes[0], methods):
         for runs, colour, name in sides:
             for n, (seed, (steps, scores)) in enumerate(sorted(runs.get(method, {}).items())):
@@ -646,8 +646,12 @@ def curves(args):
         ax.set_xlabel("steps (batches of 64)")
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("test accuracy (%)")
-    axes[0, -1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    labelled = {}  # every line's label once, in the order drawn, for one legend under the panels
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            labelled.setdefault(label, handle)
+    fig.legend(labelled.values(), labelled.keys(), fontsize=7, loc="lower center", ncol=len(sides), frameon=False)
+    fig.tight_layout(rect=(0, 0.03 + 0.04 * max(len(runs.get(m, {})) for runs, _, _ in sides for m in methods), 1, 1))
     fig.savefig(args.out, dpi=110)
     plt.close(fig)
     print(f"wrote {args.out}")
