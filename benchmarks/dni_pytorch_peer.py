@@ -7,7 +7,7 @@ torch numpy``; torchvision is not needed).  Then::
     python benchmarks/dni_pytorch_peer.py accuracy --peer PATH --peer-python VENV/bin/python [--example mlp] \\
         --methods backprop,dni,cdni --seeds 0,1,2 [--iterations 5000 | --epochs 10] [--data mnist.npz] [--out folder]
     python benchmarks/dni_pytorch_peer.py time --peer PATH --peer-python VENV/bin/python [--example mlp] \\
-        --methods dni,cdni [--sgrad-setting peer --sgrad-setting "peer, every block"]
+        --methods dni,cdni [--sgrad-setting peer --sgrad-setting "peer, every block"] [--out record.json]
 
 ``--peer`` (or ``$DNI_PYTORCH``) is the peer's folder (the one holding ``dni.py``); ``--peer-python`` (or
 ``$DNI_PYTORCH_PYTHON``) the interpreter of its environment.  MNIST comes from ``--data``, else
@@ -62,7 +62,11 @@ in a process of the peer's environment, against sgrad's step on the same batch i
 processes alternating round by round; it prints the median over rounds of the ratio within a round.  sgrad's
 step comes from ``SGRAD_SETTINGS`` (by default the settings that stand beside ``--example``); with
 ``--sgrad-setting`` given more than once, each setting takes its turn in every round, and the table also gives
-each setting's time against the first's.
+each setting's time against the first's.  Beside the ``cnn`` example stands ``peer-cnn`` (``sgrad paper --arch
+peer-cnn``), beside ``full-unlock`` the setting ``full-unlock`` (the peer's MLP network with the generators of two
+hidden layers of 256, batch 64; ``complete`` and ``ccomplete`` step through ``complete_unlock_step``).  ``--out``
+writes the record: the command, the machine, the date, the load average before and after, and each round's wall
+and processor seconds per step on each side.
 """
 
 import os
@@ -278,11 +282,11 @@ def peer_serve(peer, example, npz_path, method, batch_size, lr):
             calls = int(line)
             namespace["train_loader"] = Repeat(loader.dataset, (data, target), calls)
             saved, sys.stdout = sys.stdout, quiet  # the example logs its first batch
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             namespace["train"](1)
-            seconds = time.perf_counter() - start
+            seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
             sys.stdout = saved
-            print(json.dumps({"seconds": seconds}), flush=True)
+            print(json.dumps({"seconds": seconds, "processor_seconds": cpu}), flush=True)
 
 
 # ----------------------------------------------------------------------------- in sgrad's environment
@@ -382,14 +386,31 @@ class SgradSetting:
 
 
 def paper_step(config, method, x, labels):
-    """``step()``: one sgrad training step of ``method`` on the network ``PaperConfig(**config)`` builds."""
-    from sgrad.experiments.mnist import PaperConfig, build_network, mean_cross_entropy, summed_cross_entropy
+    """``step()``: one step of ``method`` as ``train_paper`` takes it, on the network ``PaperConfig(**config)`` builds.
+
+    The same calls as ``sgrad.experiments.mnist.train_paper``'s step: ``take_step`` for the methods without
+    synthetic inputs, ``complete_unlock_step`` with the input generators of ``build_input_generators`` for
+    ``complete`` and ``ccomplete``; the CNNs take the rows of pixels as (batch, 1, 28, 28) images, as there.
+    """
+    from sgrad.dni.steps import complete_unlock_step
+    from sgrad.experiments.mnist import (COMPLETE, CONDITIONED, PaperConfig, build_input_generators, build_network,
+                                         mean_cross_entropy, summed_cross_entropy)
+    from sgrad.experiments.mnist_cnn import image_side
     from sgrad.training.loop import take_step
 
     config = PaperConfig(**config)
     layers = build_network(method, x.shape[1], config)
+    input_generators = build_input_generators(method, x.shape[1], config)
     y = np.eye(10, dtype=x.dtype)[labels]
+    if config.arch != "mlp":
+        side = image_side(x.shape[1])
+        x = x.reshape(-1, 1, side, side)
     loss_fn = summed_cross_entropy if config.loss == "sum" else mean_cross_entropy
+    if method in COMPLETE:
+        input_alpha = config.alpha if config.generator_alpha is None else config.generator_alpha
+        condition = y if method in CONDITIONED else None
+        return lambda: complete_unlock_step(layers, input_generators, x, y, loss_fn, config.alpha, input_alpha,
+                                            condition=condition)
     return lambda: take_step(method, layers, x, y, loss_fn, config.alpha)
 
 
@@ -405,15 +426,19 @@ MLP_PAPER = dict(depth=3, hidden=256, batch_size=256, alpha=1e-3, generator="mlp
                  generator_batchnorm=False, dtype="float32")
 MLP_PEER = dict(MLP_PAPER, interfaces=(2,), interface_position="before", loss="mean", logit_batchnorm=True,
                 init="pytorch")
+# The CNN example: `sgrad paper --arch peer-cnn`, which builds the peer's whole network (PaperConfig's docstring);
+# the rest of its setting is the batch-mean loss, batch 64 and Adam at 1e-3.  The full-unlock example: the MLP
+# example's peer network with the generators of two hidden layers of 256 and batch 64 (the methods complete and
+# ccomplete add the input generators).
+CNN_PEER = dict(arch="peer-cnn", batch_size=64, alpha=1e-3, loss="mean", dtype="float32")
+FULL_UNLOCK_PEER = dict(MLP_PEER, batch_size=64, generator_hidden=(256, 256))
 SGRAD_SETTINGS = {
     "default": paper_setting("mlp", **MLP_PAPER),
     "peer": paper_setting("mlp", **MLP_PEER),
     "peer, every block": paper_setting("mlp", **dict(MLP_PEER, interfaces="every")),
+    "peer-cnn": paper_setting("cnn", **CNN_PEER),
+    "full-unlock": paper_setting("full-unlock", **FULL_UNLOCK_PEER),
 }
-# The hook for the CNN and full-unlock examples: add an entry whose ``example`` is "cnn" or "full-unlock", e.g.
-#     SGRAD_SETTINGS["cnn peer"] = paper_setting("cnn", arch="cnn", batch_size=64, ...)
-# or, for a step that `PaperConfig` does not build, SgradSetting("full-unlock", build) with ``build`` as
-# SgradSetting says.  ``time --example cnn`` then times every setting that stands beside that example.
 DEFAULT_SETTINGS = {"mlp": ["peer"]}
 
 
@@ -454,10 +479,11 @@ class PeerSteps:
         return json.loads(line)
 
     def __call__(self, calls):
-        """Seconds per step, over ``calls`` steps."""
+        """``(wall seconds, processor seconds)`` per step, over ``calls`` steps."""
         self.process.stdin.write(f"{calls}\n")
         self.process.stdin.flush()
-        return self.answer()["seconds"] / calls
+        answer = self.answer()
+        return answer["seconds"] / calls, answer["processor_seconds"] / calls
 
     def close(self):
         if self.process.poll() is None:
@@ -473,16 +499,19 @@ def step_time(args):
     """Alternate sgrad's steps and the peer's, round by round; print the median ratios per method and setting.
 
     In each round every sgrad setting takes its turn, then the peer: the ratio of a setting to the first one (one
-    interface against every block, say) is measured in the same rounds.
+    interface against every block, say) is measured in the same rounds.  With ``--out``, write the record: the
+    command, machine, date, load average before and after, and each round's wall and processor seconds per step.
     """
     peer_paths(args)  # before any work
     settings = settings_to_time(args)
+    load_before = os.getloadavg()
     with np.load(mnist_path(args)) as archive:
         x = (archive["x_train"][:args.batch_size].reshape(args.batch_size, -1) / np.float32(255)).astype(np.float32)
         labels = archive["y_train"][:args.batch_size].astype(np.int64)
     print("| method | sgrad's setting | sgrad, ms per step | peer, ms per step | sgrad ÷ peer (median of rounds) |"
           + (f" ÷ '{settings[0]}' |" if len(settings) > 1 else ""))
     print("|---|---|---:|---:|---:|" + ("---:|" if len(settings) > 1 else ""))
+    measured = []
     for method in args.methods:
         steps = [sgrad_step(method, x, labels, setting) for setting in settings]
         peer = PeerSteps(args, method)
@@ -494,14 +523,17 @@ def step_time(args):
             start = time.perf_counter()
             steps[0]()
             calls = max(1, round(args.seconds / (time.perf_counter() - start)))
-            mine, theirs = [[] for _ in steps], []
+            mine, mine_cpu, theirs, theirs_cpu = [[] for _ in steps], [[] for _ in steps], [], []
             for _ in range(args.rounds):
-                for step, times in zip(steps, mine):
-                    start = time.perf_counter()
+                for step, times, cpu in zip(steps, mine, mine_cpu):
+                    start, start_cpu = time.perf_counter(), time.process_time()
                     for _ in range(calls):
                         step()
                     times.append((time.perf_counter() - start) / calls)
-                theirs.append(peer(calls))
+                    cpu.append((time.process_time() - start_cpu) / calls)
+                wall, cpu = peer(calls)
+                theirs.append(wall)
+                theirs_cpu.append(cpu)
         finally:
             peer.close()
         theirs_array = np.array(theirs)
@@ -511,6 +543,31 @@ def step_time(args):
             if len(settings) > 1:
                 row += f" {np.median(np.array(times) / np.array(mine[0])):.2f}× |"
             print(row, flush=True)
+        measured.append({"method": method, "steps_per_round": calls, "peer_seconds": theirs,
+                         "peer_processor_seconds": theirs_cpu,
+                         "sgrad": [{"setting": setting, "seconds": times, "processor_seconds": cpu}
+                                   for setting, times, cpu in zip(settings, mine, mine_cpu)]})
+    if args.out:
+        from machine import describe
+
+        out = pathlib.Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "command": "benchmarks/dni_pytorch_peer.py " + " ".join(sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": describe(),
+            "numpy": np.__version__, "torch": peer_version(args), "example": args.example,
+            "batch_size": args.batch_size, "rounds": args.rounds, "seconds_per_side": args.seconds,
+            "load_average_before": [round(v, 2) for v in load_before],
+            "load_average_after": [round(v, 2) for v in os.getloadavg()],
+            "methods": measured}, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+
+
+def peer_version(args):
+    """The version of PyTorch in the peer's environment."""
+    _, python = peer_paths(args)
+    return subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 # ----------------------------------------------------------------------------- the figure
@@ -548,6 +605,53 @@ def figure(args):
         ax.grid(axis="x", alpha=0.3)
     axes[-1, 0].set_xlabel("test accuracy after 5,000 iterations (bars: mean of seeds 0-2; dots: each seed)")
     fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    plt.close(fig)
+    print(f"wrote {args.out}")
+
+
+def curves(args):
+    """Draw each method's test accuracy after each epoch, every seed, the peer's records (``--records``, from
+    ``accuracy --out``) beside ``sgrad paper``'s runs (``--sgrad``, a folder of ``seed<s>`` results folders), and
+    beside the runs of ``--also`` (another such folder, named ``--also-label`` in the legend) if given."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    def paper_runs(folder):
+        runs = {}
+        for path in sorted(pathlib.Path(folder).glob("seed*/cells/*.json")):
+            cell = json.loads(path.read_text())
+            runs.setdefault(cell["settings"]["method"], {})[cell["settings"]["config"]["seed"]] = (
+                cell["history"]["iteration"], cell["history"]["test_accuracy"])
+        return runs
+
+    peer = {}
+    for path in sorted(pathlib.Path(args.records).glob("*-seed*.json")):
+        run = json.loads(path.read_text())
+        peer.setdefault(run["method"], {})[run["seed"]] = ([t["iterations"] for t in run["tests"]],
+                                                          [t["test_accuracy"] for t in run["tests"]])
+    sides = [(peer, "#dd8452", "the peer"), (paper_runs(args.sgrad), "#4c72b0", "sgrad paper")]
+    if args.also:
+        sides.append((paper_runs(args.also), "#55a868", f"sgrad paper, {args.also_label}"))
+    methods = [m for m in EXAMPLES[args.example].methods if any(m in runs for runs, _, _ in sides)]
+    fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 4.0), squeeze=False)
+    for ax, method in zip(axes[0], methods):
+        for runs, colour, name in sides:
+            for n, (seed, (steps, scores)) in enumerate(sorted(runs.get(method, {}).items())):
+                ax.plot(steps, 100 * np.array(scores), "o-", color=colour, markersize=3, linewidth=1,
+                        alpha=0.5 + 0.25 * (n % 3), label=f"{name}, seed {seed}")
+        ax.set_title(method, fontsize=10, loc="left")
+        ax.set_xlabel("steps (batches of 64)")
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("test accuracy (%)")
+    labelled = {}  # every line's label once, in the order drawn, for one legend under the panels
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            labelled.setdefault(label, handle)
+    fig.legend(labelled.values(), labelled.keys(), fontsize=7, loc="lower center", ncol=len(sides), frameon=False)
+    fig.tight_layout(rect=(0, 0.03 + 0.04 * max(len(runs.get(m, {})) for runs, _, _ in sides for m in methods), 1, 1))
     fig.savefig(args.out, dpi=110)
     plt.close(fig)
     print(f"wrote {args.out}")
@@ -601,11 +705,20 @@ def build_parser():
     tim.add_argument("--rounds", type=int, default=15)
     tim.add_argument("--seconds", type=float, default=0.5, help="each side's time in a round (default 0.5)")
     tim.add_argument("--warmup", type=int, default=20, help="steps each side takes before the rounds")
+    tim.add_argument("--out", help="write the record (JSON): command, machine, date, load average, each round")
 
     fig = commands.add_parser("figure", help="draw an ablation table (JSON) as a PNG")
     fig.add_argument("--table", required=True, help="JSON: {'peer': {method: [accuracy per seed]}, 'rows': "
                                                     "[{'method', 'change', 'accuracy': [per seed]}]}")
     fig.add_argument("--out", required=True, help="the PNG to write")
+
+    cur = commands.add_parser("curves", help="draw the peer's and sgrad's test accuracy after each epoch as a PNG")
+    cur.add_argument("--example", choices=EXAMPLES, required=True)
+    cur.add_argument("--records", required=True, help="the peer's records, METHOD-seedS.json (accuracy --out)")
+    cur.add_argument("--sgrad", required=True, help="a folder of sgrad paper's results folders, seed0, seed1, ...")
+    cur.add_argument("--also", help="another folder of sgrad paper's results folders, drawn in a third colour")
+    cur.add_argument("--also-label", default="a variant", help="what --also changed, for the legend")
+    cur.add_argument("--out", required=True, help="the PNG to write")
 
     for name in ("_peer-train", "_peer-serve"):  # run by the commands above, in the peer's environment
         inner = commands.add_parser(name)
@@ -635,6 +748,8 @@ def main():
         step_time(example_defaults(args))
     elif args.command == "figure":
         figure(args)
+    elif args.command == "curves":
+        curves(args)
 
 
 if __name__ == "__main__":

@@ -195,24 +195,8 @@ PEER_CNN = "docs/paper/peer-cnn"
 
 def peer_cnn_runs() -> dict[str, dict[int, dict]]:
     """``{method: {seed: history}}`` of the ``sgrad paper --arch peer-cnn`` runs in ``docs/paper/peer-cnn/seed<s>``."""
-    runs: dict[str, dict[int, dict]] = {}
-    for folder in sorted((ROOT / PEER_CNN).glob("seed*")):
-        for cell in cells(str(folder.relative_to(ROOT))).values():
-            settings = cell["settings"]
-            runs.setdefault(settings["method"], {})[settings["config"]["seed"]] = cell["history"]
+    runs = paper_seed_runs(PEER_CNN)
     return {method: runs[method] for method in ("backprop", "dni", "cdni") if method in runs}
-
-
-@table("peer-cnn-seeds")
-def peer_cnn_seeds(_: str) -> str:
-    lines = ["| method | seeds | final test accuracy, mean (each seed) | wall time per run, mean |",
-             "|---|---|---:|---:|"]
-    for method, by_seed in peer_cnn_runs().items():
-        seeds = sorted(by_seed)
-        lines.append(row(METHOD_NAMES[method], ", ".join(map(str, seeds)),
-                         seeds_text([final(by_seed[s]) for s in seeds]),
-                         seconds(statistics.mean(by_seed[s]["wall_time"] for s in seeds))))
-    return "\n".join(lines)
 
 
 @table("peer-cnn-epochs")
@@ -439,6 +423,122 @@ def dni_pytorch_more(_: str) -> str:
             seeds_text(dni["sgrad paper's default"])),
         row("the same with the true gradient as the targets (`--targets true`)",
             seeds_text(other["an interface at every block, after the ReLU, true-gradient targets"]))])
+
+
+# --- koz4k/dni-pytorch's CNN and full-unlock examples, and the complete unlock ----------------------------
+
+# Each example: the peer's records (``dni_pytorch_peer.py accuracy --out``), sgrad's ``sgrad paper`` folders
+# (``seed<s>``), and the methods with their names on the page.
+PEER_EXAMPLES = {
+    "cnn": ("docs/dni-pytorch/cnn", PEER_CNN, {"backprop": "backprop", "dni": "DNI", "cdni": "cDNI"}),
+    "full-unlock": ("docs/dni-pytorch/full-unlock", "docs/paper/full-unlock",
+                    {"backprop": "backprop", "complete": "complete unlock", "ccomplete": "conditioned complete unlock"}),
+}
+# Runs of an example's methods with one setting changed, each a row under its method: (folder, what changed).
+VARIANTS = {"full-unlock": [("docs/paper/full-unlock-peer-init",
+                             "with the peer's generator start (`--generator-init pytorch`)")]}
+WITHIN = 0.5  # points: the target for each method's mean final test accuracy against the peer's
+LAST = 3  # the tests (one per epoch) at the end of a run whose mean shows a gap beside the last test's noise
+
+
+def peer_records(folder: str) -> dict[str, dict[int, dict]]:
+    """``{method: {seed: record}}`` of the peer's runs, one ``METHOD-seedS.json`` each in ``folder``."""
+    runs: dict[str, dict[int, dict]] = {}
+    for path in sorted((ROOT / folder).glob("*-seed*.json")):
+        record = json.loads(path.read_text())
+        runs.setdefault(record["method"], {})[record["seed"]] = record
+    return runs
+
+
+def paper_seed_runs(folder: str) -> dict[str, dict[int, dict]]:
+    """``{method: {seed: history}}`` of the ``sgrad paper`` runs in ``folder/seed<s>``."""
+    runs: dict[str, dict[int, dict]] = {}
+    for seed_folder in sorted((ROOT / folder).glob("seed*")):
+        for cell in cells(str(seed_folder.relative_to(ROOT))).values():
+            runs.setdefault(cell["settings"]["method"], {})[cell["settings"]["config"]["seed"]] = cell["history"]
+    return runs
+
+
+def side_by_side(example: str) -> str:
+    peer_folder, sgrad_folder, names = PEER_EXAMPLES[example]
+    peer, ours = peer_records(peer_folder), paper_seed_runs(sgrad_folder)
+    lines = ["| method | the peer, seeds | the peer | `sgrad paper`, seeds | `sgrad paper` | difference "
+             f"| within {WITHIN:g} points | difference, mean of the last {LAST} tests |",
+             "|---|---|---:|---|---:|---:|---|---:|"]
+    variants = [(paper_seed_runs(folder), change) for folder, change in VARIANTS.get(example, [])]
+    for method, name in names.items():
+        for runs, label in [(ours, name)] + [(v, f"{name}, {change}") for v, change in variants if method in v]:
+            lines.append(side_by_side_row(label, peer[method], runs[method]))
+    return "\n".join(lines)
+
+
+def side_by_side_row(label: str, peer: dict[int, dict], ours: dict[int, dict]) -> str:
+    """A method's row: each side's seeds and final test accuracy, the difference of the means and the target."""
+    theirs = [peer[s]["test_accuracy"] for s in sorted(peer)]
+    mine = [final(ours[s]) for s in sorted(ours)]
+    difference = 100 * (statistics.mean(mine) - statistics.mean(theirs))
+    late = 100 * (statistics.mean(a for h in ours.values() for a in h["test_accuracy"][-LAST:])
+                  - statistics.mean(t["test_accuracy"] for r in peer.values() for t in r["tests"][-LAST:]))
+    return row(label, ", ".join(map(str, sorted(peer))), seeds_text(theirs), ", ".join(map(str, sorted(ours))),
+               seeds_text(mine), signed(difference), "met" if abs(difference) <= WITHIN else "missed", signed(late))
+
+
+@table("complete-unlock-cnn")
+def complete_unlock_cnn(_: str) -> str:
+    return side_by_side("cnn")
+
+
+@table("complete-unlock-full-unlock")
+def complete_unlock_full_unlock(_: str) -> str:
+    return side_by_side("full-unlock")
+
+
+STEP_TIMES = {"cnn": "docs/dni-pytorch/step-time-cnn.json", "full-unlock": "docs/dni-pytorch/step-time-full-unlock.json"}
+
+
+@table("complete-unlock-step-time")
+def complete_unlock_step_time(_: str) -> str:
+    """sgrad's step against the peer's, each example's record of ``dni_pytorch_peer.py time --out``."""
+    lines = ["| example | method | `sgrad paper`, ms per step | the peer, ms per step | sgrad ÷ peer, wall "
+             "(rounds' range) | sgrad ÷ peer, processor time | ≤ 1.0× |", "|---|---|---:|---:|---:|---:|---|"]
+    notes = []
+    for example, path in STEP_TIMES.items():
+        record = read_json(path)
+        names = PEER_EXAMPLES[example][2]
+        for measured in record["methods"]:
+            ours = measured["sgrad"][0]
+            wall = [a / b for a, b in zip(ours["seconds"], measured["peer_seconds"])]
+            cpu = [a / b for a, b in zip(ours["processor_seconds"], measured["peer_processor_seconds"])]
+            ratio = statistics.median(wall)
+            lines.append(row(example, names[measured["method"]], f"{1e3 * statistics.median(ours['seconds']):.2f}",
+                             f"{1e3 * statistics.median(measured['peer_seconds']):.2f}",
+                             f"{ratio:.2f}× ({min(wall):.2f}–{max(wall):.2f})", f"{statistics.median(cpu):.2f}×",
+                             "met" if ratio <= 1.0 else "missed"))
+        notes.append(f"{example}: `{record['command']}` on {record['date']}, {record['rounds']} rounds of "
+                     f"{record['seconds_per_side']:g} s a side, load average {record['load_average_before'][0]:.2f} "
+                     f"before and {record['load_average_after'][0]:.2f} after")
+    machine = {read_json(path)["machine"] for path in STEP_TIMES.values()}
+    versions = {(read_json(path)["numpy"], read_json(path)["torch"]) for path in STEP_TIMES.values()}
+    return "\n".join(lines) + ("\n\n" + "; ".join(notes) + ". " + "; ".join(sorted(machine))
+                               + "; " + "; ".join(f"NumPy {n}, PyTorch {t}" for n, t in sorted(versions)) + ".")
+
+
+@table("complete-unlock-wall-clock")
+def complete_unlock_wall_clock(_: str) -> str:
+    """Each schedule of ``docs/parallel/forward-unlock`` against locked backprop: its wall time, and its accuracy
+    at the last evaluation before locked backprop had finished."""
+    runs = {cell["history"]["schedule"]: cell["history"] for cell in cells("docs/parallel/forward-unlock").values()}
+    backprop = runs["backprop"]
+    lines = ["| schedule, 2 workers | wall time to "
+             f"{backprop['iteration'][-1]:,} steps | × locked backprop's | test accuracy at {backprop['iteration'][-1]:,} "
+             f"steps | test accuracy when locked backprop finished ({backprop['wall_time']:.1f} s) |",
+             "|---|---:|---:|---:|---:|"]
+    for schedule in ("backprop", "dni", "complete"):
+        history = runs[schedule]
+        by_then = [a for a, t in zip(history["test_accuracy"], history["evaluation_time"]) if t <= backprop["wall_time"]]
+        lines.append(row(schedule, f"{history['wall_time']:.1f} s", f"{history['wall_time'] / backprop['wall_time']:.2f}×",
+                         percent(history["test_accuracy"][-1]), percent(by_then[-1]) if by_then else ""))
+    return "\n".join(lines)
 
 
 # --- the README ----------------------------------------------------------------------------------------

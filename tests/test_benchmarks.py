@@ -242,6 +242,34 @@ def test_the_peer_adapters_sgrad_side_builds_the_peers_network_and_steps_it():
         assert 1.5 < (loss if setting != "default" else loss / 256) < 3.5, (setting, loss)
 
 
+@pytest.mark.parametrize("setting, method, interfaces, input_generators", [
+    ("peer-cnn", "backprop", 0, None), ("peer-cnn", "cdni", 1, None),
+    ("full-unlock", "backprop", 0, None), ("full-unlock", "ccomplete", 1, 1)])
+def test_the_peer_adapters_sgrad_side_steps_the_cnn_and_full_unlock_examples_as_sgrad_paper_does(
+        setting, method, interfaces, input_generators):
+    peer = pytest.importorskip("dni_pytorch_peer")
+    rng = np.random.default_rng(0)
+    x, labels = rng.random((64, 784), dtype=np.float32), rng.integers(0, 10, 64)
+    assert peer.SGRAD_SETTINGS[setting].example == {"peer-cnn": "cnn", "full-unlock": "full-unlock"}[setting]
+    result = peer.sgrad_step(method, x, labels, setting)()
+    assert len(result[1]) == interfaces  # a generator's regression loss per interface
+    if input_generators is not None:  # complete_unlock_step's: an input generator's loss per interface
+        assert len(result[2]) == input_generators
+    assert 1.5 < result[0] < 3.5, result[0]  # the batch-mean loss: about ln 10 at the start
+
+
+def test_the_peer_adapter_draws_each_seeds_curve_from_the_committed_records(tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    docs = pathlib.Path(__file__).resolve().parents[1] / "docs"
+    out = tmp_path / "curves.png"
+    result = subprocess.run([sys.executable, str(script), "curves", "--example", "full-unlock",
+                             "--records", str(docs / "dni-pytorch" / "full-unlock"),
+                             "--sgrad", str(docs / "paper" / "full-unlock"), "--out", str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 @pytest.mark.skipif(not (os.environ.get("DNI_PYTORCH") and os.environ.get("DNI_PYTORCH_PYTHON")
                          and os.environ.get("SGRAD_DATA_DIR")),
                     reason="set DNI_PYTORCH, DNI_PYTORCH_PYTHON (a checkout of koz4k/dni-pytorch and its "
@@ -260,6 +288,27 @@ def test_the_peer_adapter_times_each_sgrad_setting_in_the_same_rounds_as_the_pee
     for row in rows:
         sgrad_ms, peer_ms, ratio = float(row[2]), float(row[3]), float(row[4].rstrip("×"))
         assert sgrad_ms > 0 and peer_ms > 0 and ratio > 0
+
+
+@pytest.mark.skipif(not (os.environ.get("DNI_PYTORCH") and os.environ.get("DNI_PYTORCH_PYTHON")
+                         and os.environ.get("SGRAD_DATA_DIR")),
+                    reason="set DNI_PYTORCH, DNI_PYTORCH_PYTHON (a checkout of koz4k/dni-pytorch and its "
+                           "environment's python) and SGRAD_DATA_DIR to time the peer")
+def test_the_peer_adapter_records_each_round_of_the_complete_unlocks_step_time(tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    out = tmp_path / "step-time.json"
+    result = subprocess.run([sys.executable, str(script), "time", "--example", "full-unlock", "--methods", "complete",
+                             "--rounds", "3", "--seconds", "0.05", "--warmup", "2", "--out", str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    record = json.loads(out.read_text())
+    assert record["example"] == "full-unlock" and record["batch_size"] == 64
+    assert len(record["load_average_before"]) == 3 and record["machine"].startswith("CPU: ")
+    [measured] = record["methods"]
+    assert measured["method"] == "complete" and measured["sgrad"][0]["setting"] == "full-unlock"
+    for times in (measured["peer_seconds"], measured["peer_processor_seconds"], measured["sgrad"][0]["seconds"],
+                  measured["sgrad"][0]["processor_seconds"]):
+        assert len(times) == 3 and min(times) > 0
 
 
 def test_the_peer_adapter_draws_its_ablation_as_a_png(tmp_path):
