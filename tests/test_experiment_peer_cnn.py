@@ -244,7 +244,7 @@ def test_on_real_mnist_every_method_learns_in_a_few_hundred_steps():
     about 45 s of CPU).
 
     Measured (the subset 0, the seed 0, then 1): backprop 93.10 / 92.70%, dni 82.10 / 84.75%, cdni 85.00 / 82.20%.
-    At this budget the synthesizer has not caught up yet; docs/results/peer-cnn.md has the full runs.
+    At this budget the synthesizer has not caught up yet; docs/results/complete-unlock.md has the full runs.
     """
     from data_gen.mnist import load_mnist, prepare_mnist
 
