@@ -88,7 +88,51 @@ def generator_net(part_widths: Sequence[int], hidden: Sequence[int], output_dim:
     return Sequential(blocks + [out])
 
 
-class Generator(Module):
+class RegressionNet(Module):
+    """A network ``net`` on its input beside a condition, ``[input, c]``, that learns by regression onto targets.
+
+    What the gradient generators (ĝ = M(h, c), below) and the input generators (ĥ = I(x, c),
+    :mod:`sgrad.dni.synthetic_inputs`) share: ``net``, a module (forward, predict, backward, update,
+    parameters, gradients); the gradients of its last regression step; and its input ``[input, c]``.
+    """
+
+    net: Any
+
+    def _start_regression(self) -> None:
+        """No forward pass yet, no update state of its own and no gradients."""
+        self.update_state = {}
+        self.input: np.ndarray | None = None
+        self._gradients: dict[str, np.ndarray] = {}
+        self._updated = False
+
+    def children(self) -> dict[str, Any]:
+        return {"net": self.net}
+
+    @property
+    def parameters(self) -> dict[str, np.ndarray]:
+        """The trainable arrays by name."""
+        return self.net.parameters
+
+    @property
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The regression loss's gradient for each parameter, from the last ``update``, keyed as :attr:`parameters`."""
+        return self._gradients
+
+    def _regression_step(self, dnet_output: np.ndarray, alpha: float) -> None:
+        """Backpropagate dL/d(the net's output) through ``net``, keep the gradients, and step at ``alpha``."""
+        self.net.backward(dnet_output, input_delta=False)  # [input, c] is data: no delta for it
+        self._gradients = dict(self.net.gradients)
+        self.net.update(alpha)
+        self._updated = True
+
+    def _join(self, x, condition):
+        """[x, c]: x with c's columns after its own, in x's dtype."""
+        if condition is None:
+            return x
+        return np.concatenate([x, condition.astype(x.dtype, copy=False)], axis=1)
+
+
+class Generator(RegressionNet):
     """A network ``net`` on ``[h, c]`` that predicts ĝ and learns by regression onto its targets.
 
     ``net`` is a module (forward, predict, backward, update, parameters,
@@ -103,25 +147,9 @@ class Generator(Module):
         self.net = net
         self.output_dim = output_dim
         self.condition_dim = condition_dim
-        self.update_state = {}
-        self.input: np.ndarray | None = None
+        self._start_regression()
         self.synthetic_gradient: np.ndarray | None = None
         self.prediction: np.ndarray | None = None
-        self._gradients: dict[str, np.ndarray] = {}
-        self._updated = False
-
-    def children(self) -> dict[str, Any]:
-        return {"net": self.net}
-
-    @property
-    def parameters(self) -> dict[str, np.ndarray]:
-        """The trainable arrays by name."""
-        return self.net.parameters
-
-    @property
-    def gradients(self) -> dict[str, np.ndarray]:
-        """dL_M/d(parameter) from the last ``update``, keyed as :attr:`parameters`."""
-        return self._gradients
 
     def predict(self, h: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĝ = M(h, c): (batch, output_dim), with no side effects."""
@@ -148,10 +176,7 @@ class Generator(Module):
             raise ValueError("update() after update(): the last forward pass used the old weights; "
                              "call forward(h) again first")
         loss, dprediction = regression_loss(self.prediction, target)
-        self.net.backward(self._net_delta(dprediction), input_delta=False)  # [h, c] is data: no delta for it
-        self._gradients = dict(self.net.gradients)
-        self.net.update(alpha)
-        self._updated = True
+        self._regression_step(self._net_delta(dprediction), alpha)
         return loss
 
     def _net_forward(self, joined):
@@ -169,13 +194,6 @@ class Generator(Module):
 
     def _check_h(self, h):
         argument_checks.check_batch(h, "h", self.output_dim, width_name="the generator's output_dim")
-
-    def _join(self, h, condition):
-        """[h, c]: h with c's columns after its own, in h's dtype."""
-        if condition is None:
-            return h
-        return np.concatenate([h, condition.astype(h.dtype, copy=False)], axis=1)
-
 
 class _OfTheLayer:
     """``generator.<name>`` is ``generator.net.<name>``, to read and to set (a linear generator is one layer)."""

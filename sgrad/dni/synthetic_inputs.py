@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from .. import argument_checks
-from .generators import generator_net
-from ..nn.module import Module, restored_on_error, running_averages_kept
+from .generators import RegressionNet, generator_net
+from ..nn.module import restored_on_error, running_averages_kept
 
 
 def mean_squared_error(prediction: np.ndarray, target: np.ndarray) -> tuple[float, np.ndarray]:
@@ -35,7 +35,7 @@ def mean_squared_error(prediction: np.ndarray, target: np.ndarray) -> tuple[floa
     return float(np.vdot(diff, diff)) / diff.size, 2.0 * diff / diff.size
 
 
-class InputGenerator(Module):
+class InputGenerator(RegressionNet):
     """``ĥ = I(x, c)``: an MLP that predicts the output h of a block, its synthetic input for the block above.
 
     input_dim : width of x, the network's input (784 for MNIST's rows of pixels).
@@ -63,24 +63,8 @@ class InputGenerator(Module):
         self.net = generator_net((self.input_dim, self.condition_dim), hidden, self.output_dim, init=init,
                                  bias_init=bias_init, batchnorm=batchnorm, update_rule=update_rule, rng=rng,
                                  dtype=self.dtype)
-        self.update_state = {}
-        self.input: np.ndarray | None = None
+        self._start_regression()
         self.synthetic_input: np.ndarray | None = None
-        self._gradients: dict[str, np.ndarray] = {}
-        self._updated = False
-
-    def children(self) -> dict[str, Any]:
-        return {"net": self.net}
-
-    @property
-    def parameters(self) -> dict[str, np.ndarray]:
-        """The trainable arrays by name."""
-        return self.net.parameters
-
-    @property
-    def gradients(self) -> dict[str, np.ndarray]:
-        """dL_I/d(parameter) from the last :meth:`update`, keyed as :attr:`parameters`."""
-        return self._gradients
 
     def predict(self, x: np.ndarray, condition: np.ndarray | None = None) -> np.ndarray:
         """ĥ = I(x, c): (batch, output_dim), with no side effects."""
@@ -125,10 +109,7 @@ class InputGenerator(Module):
             raise ValueError("update() after update(): the last forward pass used the old weights; "
                              "call forward(x) again first")
         loss, dprediction = mean_squared_error(self.synthetic_input, h)
-        self.net.backward(dprediction, input_delta=False)  # [x, c] is data: no delta for it
-        self._gradients = dict(self.net.gradients)
-        self.net.update(alpha)
-        self._updated = True
+        self._regression_step(dprediction, alpha)
         return loss
 
     def check_input(self, x: np.ndarray, condition: np.ndarray | None) -> None:
@@ -139,12 +120,6 @@ class InputGenerator(Module):
             raise TypeError(f"x must have the input generator's dtype, {self.dtype}; got {x.dtype}. Pass "
                             f"x.astype(np.{self.dtype}), or build the generator with dtype={x.dtype}")
         argument_checks.check_condition(condition, self.condition_dim, x.shape[0], "this input generator")
-
-    def _join(self, x, condition):
-        """[x, c]: x with c's columns after its own, in x's dtype."""
-        if condition is None:
-            return x
-        return np.concatenate([x, condition.astype(x.dtype, copy=False)], axis=1)
 
     def __repr__(self) -> str:
         return (f"InputGenerator({self.input_dim}, {self.output_dim}, condition_dim={self.condition_dim}, "
