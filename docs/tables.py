@@ -592,9 +592,16 @@ def readme_results(_: str) -> str:
     parallel = {r[0]: r for r in table_rows(markdown_tables("docs/parallel/wall-clock/results.md")[0])}
     peer, ours = ablation()["peer"], {m: rows_of(m)[-1]["accuracy"] for m in METHOD_NAMES}
     steps = read_json("docs/performance/results.json")["steps"]["backprop, BN, f32"]["ratios"]
+    cnn_peer, cnn_ours = peer_records(PEER_EXAMPLES["cnn"][0]), paper_seed_runs(PEER_EXAMPLES["cnn"][1])
+    unlock_peer = peer_records(PEER_EXAMPLES["full-unlock"][0])
+    unlock_ours = paper_seed_runs(VARIANTS["full-unlock"][0][0])
 
     def mean(values: list[float]) -> str:
         return percent(statistics.mean(values))
+
+    def mean_of(runs: dict[int, dict]) -> str:
+        """The mean final test accuracy of a method's seeds: a peer's records or sgrad's histories."""
+        return mean([run["test_accuracy"] if "tests" in run else final(run) for run in runs.values()])
 
     lines = ["| page | command | what it found |", "|---|---|---|",
              row("[Binary addition](docs/results/compare.md)", "`sgrad compare`",
@@ -618,6 +625,13 @@ def readme_results(_: str) -> str:
              row("[Side by side with koz4k/dni-pytorch](docs/results/dni-pytorch.md)", "`sgrad paper` at its setting",
                  f"backprop {mean(ours['backprop'])}, DNI {mean(ours['dni'])}, cDNI {mean(ours['cdni'])} against its "
                  f"{mean(peer['backprop'])}, {mean(peer['dni'])}, {mean(peer['cdni'])}"),
+             row("[The complete unlock, beside koz4k/dni-pytorch's CNN and full-unlock examples]"
+                 "(docs/results/complete-unlock.md)", "`sgrad paper --arch peer-cnn`; `--methods complete,ccomplete`",
+                 f"CNN: DNI {mean_of(cnn_ours['dni'])}, cDNI {mean_of(cnn_ours['cdni'])} against its "
+                 f"{mean_of(cnn_peer['dni'])}, {mean_of(cnn_peer['cdni'])}; complete unlock "
+                 f"{mean_of(unlock_ours['complete'])}, conditioned {mean_of(unlock_ours['ccomplete'])} against its "
+                 f"{mean_of(unlock_peer['complete'])}, {mean_of(unlock_peer['ccomplete'])} (generators started as "
+                 "PyTorch starts them)"),
              row("[Performance](docs/results/performance.md)", "`benchmarks/performance.py`",
                  f"a backprop step in {steps['torch']:.2f}× PyTorch's time and {steps['limit']:.2f}× its matrix "
                  f"products")]
