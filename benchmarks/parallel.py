@@ -51,7 +51,7 @@ import time
 import numpy as np
 
 from sgrad.dni.steps import backprop_step, dni_step
-from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy
+from sgrad.experiments.mnist import PaperConfig, build_input_generators, build_network, summed_cross_entropy
 from sgrad.parallel import LocalEngine, RayEngine, train_parallel
 from sgrad.parallel.engines import WORKER_ENVIRONMENT
 from sgrad.parallel.local import environment, exit_with_driver
@@ -74,11 +74,11 @@ def data(seed=0):
 ORDER = np.random.default_rng(1).permutation(EXAMPLES)  # rows in a shuffled order, as the workers draw them
 
 
-def batch(train, t):
+def batch(train, t, size=BATCH, dtype=np.float32):
     """Batch t's images and one-hot labels, gathered as the bottom worker gathers them (counted in every timing)."""
     x, y = train
-    indices = ORDER[np.arange(t * BATCH, (t + 1) * BATCH) % EXAMPLES]
-    return x[indices], np.eye(CLASSES, dtype=np.float32)[y[indices]]
+    indices = ORDER[np.arange(t * size, (t + 1) * size) % EXAMPLES]
+    return x[indices].astype(dtype, copy=False), np.eye(CLASSES, dtype=dtype)[y[indices]]
 
 
 class Stepper:
@@ -131,9 +131,16 @@ def worker_block_times(method):
     return in_workers(1, block_times, method, data()[:2])[0]
 
 
-def block_times(method, train, rounds=30):
-    """Each hidden block's :class:`BlockTimes` and the top layer's seconds, median over ``rounds`` batches."""
-    layers = build_network(method, 784, CONFIG)
+def block_times(method, train, rounds=30, config=CONFIG, schedule=None):
+    """Each hidden block's :class:`BlockTimes` and the top layer's seconds, median over ``rounds`` batches.
+
+    ``config``'s net, built for ``method``; ``schedule`` (default ``method``) says which generators are given
+    the label (cDNI's and the conditioned complete unlock's).  The complete unlock's blocks also time their
+    input generator's ĥ = I(x, c) and its regression onto the real h.
+    """
+    schedule = schedule or method
+    layers = build_network(method, 784, config)
+    input_generators = build_input_generators(method, 784, config)
     blocks, top = layers[:-1], layers[-1]
     samples = {(j, part): [] for j in range(len(blocks)) for part in BlockTimes._fields}
     top_samples = []
@@ -147,8 +154,9 @@ def block_times(method, train, rounds=30):
     gathering = []
     for t in range(rounds):
         start = time.perf_counter()
-        x, y = batch(train, t)
+        x, y = batch(train, t, config.batch_size, np.dtype(config.dtype))
         gathering.append(time.perf_counter() - start)
+        condition = y if schedule in ("cdni", "ccomplete") else None
         h = x
         for j, block in enumerate(blocks):
             h_in = h
@@ -156,21 +164,24 @@ def block_times(method, train, rounds=30):
             if method == "backprop":
                 delta = np.ones_like(h)
                 timed((j, "backward"), lambda: block.backward(delta, input_delta=j > 0))  # noqa: B023
-                timed((j, "update"), lambda: block.update(CONFIG.alpha))  # noqa: B023
+                timed((j, "update"), lambda: block.update(config.alpha))  # noqa: B023
                 continue
-            condition = y if method == "cdni" else None
             h_out = h
             g_hat = timed((j, "generator"), lambda: block.generator.forward(h_out, condition))  # noqa: B023
             timed((j, "backward"), lambda: block.backward(g_hat, input_delta=j > 0))  # noqa: B023
             timed((j, "update"), lambda: block.update(block.alpha))  # noqa: B023
             target = g_hat + 0.01
             timed((j, "regression"), lambda: block.generator.update(target, block.generator_alpha))  # noqa: B023
+            if input_generators:
+                generator = input_generators[j]
+                timed((j, "synthetic_input"), lambda: generator.forward(x, condition))  # noqa: B023
+                timed((j, "input_regression"), lambda: generator.update(h_out, config.alpha))  # noqa: B023
         h_top = h
 
         def top_step():
             _, g = summed_cross_entropy(top.forward(h_top), y)  # noqa: B023
             top.backward(g)
-            top.update(CONFIG.alpha)
+            top.update(config.alpha)
 
         timed(None, top_step)
     median = {key: float(np.median(values[rounds // 5:])) if values else 0.0 for key, values in samples.items()}

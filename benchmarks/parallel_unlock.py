@@ -24,13 +24,11 @@ import importlib.util
 import json
 import pathlib
 import sys
-import time
 
-import numpy as np
 
-from sgrad.experiments.mnist import PaperConfig, build_input_generators, build_network, summed_cross_entropy
+from sgrad.experiments.mnist import PaperConfig
 from sgrad.experiments.parallel import examples_per_second, network_method
-from sgrad.parallel.simulator import BlockTimes, throughput
+from sgrad.parallel.simulator import throughput
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROUNDS, MESSAGES = 40, 400
@@ -43,59 +41,6 @@ def parallel_benchmark():
     """
     sys.path.insert(0, str(HERE))
     return importlib.import_module("parallel")
-
-
-def block_times(schedule, config):
-    """Each hidden block's :class:`BlockTimes` and the top's seconds for ``schedule``'s net, median over rounds."""
-    method = network_method(schedule)
-    layers = build_network(method, 784, config)
-    input_generators = build_input_generators(method, 784, config)
-    blocks, top = layers[:-1], layers[-1]
-    rng = np.random.default_rng(0)
-    dtype = np.dtype(config.dtype)
-    samples = {(j, part): [] for j in range(len(blocks)) for part in BlockTimes._fields}
-    top_samples = []
-
-    def timed(key, call):
-        start = time.perf_counter()
-        value = call()
-        (samples[key] if key else top_samples).append(time.perf_counter() - start)
-        return value
-
-    for _ in range(ROUNDS):
-        x = rng.random((config.batch_size, 784), dtype=dtype)
-        y = np.eye(10, dtype=dtype)[rng.integers(0, 10, config.batch_size)]
-        condition = y if schedule in ("cdni", "ccomplete") else None
-        h = x
-        for j, block in enumerate(blocks):
-            h_in = h
-            h = timed((j, "forward"), lambda: block.forward(h_in))  # noqa: B023
-            h_out = h
-            if method == "backprop":
-                delta = np.ones_like(h)
-                timed((j, "backward"), lambda: block.backward(delta, input_delta=j > 0))  # noqa: B023
-                timed((j, "update"), lambda: block.update(config.alpha))  # noqa: B023
-                continue
-            g_hat = timed((j, "generator"), lambda: block.generator.forward(h_out, condition))  # noqa: B023
-            timed((j, "backward"), lambda: block.backward(g_hat, input_delta=j > 0))  # noqa: B023
-            timed((j, "update"), lambda: block.update(block.alpha))  # noqa: B023
-            target = g_hat + 0.01
-            timed((j, "regression"), lambda: block.generator.update(target, block.generator_alpha))  # noqa: B023
-            if input_generators:
-                I_k = input_generators[j]
-                timed((j, "synthetic_input"), lambda: I_k.forward(x, condition))  # noqa: B023
-                timed((j, "input_regression"), lambda: I_k.update(h_out, config.alpha))  # noqa: B023
-        h_top = h
-
-        def top_step():
-            _, g = summed_cross_entropy(top.forward(h_top), y)  # noqa: B023
-            top.backward(g)
-            top.update(config.alpha)
-
-        timed(None, top_step)
-    median = {key: float(np.median(values[ROUNDS // 5:])) if values else 0.0 for key, values in samples.items()}
-    return ([BlockTimes(*(median[(j, part)] for part in BlockTimes._fields)) for j in range(len(blocks))],
-            float(np.median(top_samples[ROUNDS // 5:])))
 
 
 def main():
@@ -112,7 +57,8 @@ def main():
     rows = []
     for run in record["runs"]:
         schedule, workers = run["schedule"], run["workers"]
-        blocks, top = bench.in_workers(1, block_times, schedule, config)[0]
+        blocks, top = bench.in_workers(1, bench.block_times, network_method(schedule), bench.data()[:2], ROUNDS,
+                                       config, schedule)[0]
         predicted = throughput(schedule, blocks, top, workers, transfer=transfer, message_cpu=message_cpu,
                                cores=os.cpu_count(), batch=config.batch_size)
         measured = examples_per_second(run["history"], config.batch_size)
