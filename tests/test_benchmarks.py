@@ -332,12 +332,12 @@ needs_the_peers_environment = pytest.mark.skipif(
 
 def peer_example_text(relative):
     """The peer's own text of ``relative``: from the checkout at $DNI_PYTORCH, else from a git directory of
-    koz4k/dni-pytorch at $DNI_PYTORCH_GIT (default /work/.mirror/koz4k+dni-pytorch/repo); skip if neither has it."""
+    koz4k/dni-pytorch at $DNI_PYTORCH_GIT; skip if neither is set and has it."""
     checkout = os.environ.get("DNI_PYTORCH")
     if checkout and (pathlib.Path(checkout) / relative).is_file():
         return (pathlib.Path(checkout) / relative).read_text()
-    git_dir = os.environ.get("DNI_PYTORCH_GIT", "/work/.mirror/koz4k+dni-pytorch/repo")
-    if pathlib.Path(git_dir).is_dir():
+    git_dir = os.environ.get("DNI_PYTORCH_GIT")
+    if git_dir and pathlib.Path(git_dir).is_dir():
         shown = subprocess.run(["git", "-C", git_dir, "show", f"HEAD:{relative}"], capture_output=True, text=True)
         if shown.returncode == 0:
             return shown.stdout
