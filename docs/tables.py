@@ -599,9 +599,11 @@ def readme_results(_: str) -> str:
     def mean(values: list[float]) -> str:
         return percent(statistics.mean(values))
 
-    def mean_of(runs: dict[int, dict]) -> str:
-        """The mean final test accuracy of a method's seeds: a peer's records or sgrad's histories."""
-        return mean([run["test_accuracy"] if "tests" in run else final(run) for run in runs.values()])
+    def peer_mean(records: dict[int, dict]) -> str:
+        return mean([record["test_accuracy"] for record in records.values()])
+
+    def our_mean(histories: dict[int, dict]) -> str:
+        return mean([final(history) for history in histories.values()])
 
     lines = ["| page | command | what it found |", "|---|---|---|",
              row("[Binary addition](docs/results/compare.md)", "`sgrad compare`",
@@ -627,10 +629,10 @@ def readme_results(_: str) -> str:
                  f"{mean(peer['backprop'])}, {mean(peer['dni'])}, {mean(peer['cdni'])}"),
              row("[The complete unlock, beside koz4k/dni-pytorch's CNN and full-unlock examples]"
                  "(docs/results/complete-unlock.md)", "`sgrad paper --arch peer-cnn`; `--methods complete,ccomplete`",
-                 f"CNN: DNI {mean_of(cnn_ours['dni'])}, cDNI {mean_of(cnn_ours['cdni'])} against its "
-                 f"{mean_of(cnn_peer['dni'])}, {mean_of(cnn_peer['cdni'])}; complete unlock "
-                 f"{mean_of(unlock_ours['complete'])}, conditioned {mean_of(unlock_ours['ccomplete'])} against its "
-                 f"{mean_of(unlock_peer['complete'])}, {mean_of(unlock_peer['ccomplete'])} (generators started as "
+                 f"CNN: DNI {our_mean(cnn_ours['dni'])}, cDNI {our_mean(cnn_ours['cdni'])} against its "
+                 f"{peer_mean(cnn_peer['dni'])}, {peer_mean(cnn_peer['cdni'])}; complete unlock "
+                 f"{our_mean(unlock_ours['complete'])}, conditioned {our_mean(unlock_ours['ccomplete'])} against its "
+                 f"{peer_mean(unlock_peer['complete'])}, {peer_mean(unlock_peer['ccomplete'])} (generators started as "
                  "PyTorch starts them)"),
              row("[Performance](docs/results/performance.md)", "`benchmarks/performance.py`",
                  f"a backprop step in {steps['torch']:.2f}× PyTorch's time and {steps['limit']:.2f}× its matrix "

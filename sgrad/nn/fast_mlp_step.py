@@ -14,7 +14,7 @@ The plain step is the loop a student writes from the blog post::
 
 :func:`sgd_step` does the same arithmetic on the same layers and leaves them as that loop does, faster: it checks
 its arguments once instead of once per call, computes ReLU and its derivative in place, sums the bias
-gradients in the BLAS, and steps the weights without a temporary array.  ``tests/test_fast_mlp_step.py`` checks it
+gradients in the BLAS, then lets each layer's own ``update`` step.  ``tests/test_fast_mlp_step.py`` checks it
 against the loop above; ``benchmarks/layer_step.py`` times both against PyTorch.  Read :mod:`sgrad.nn.layers` and
 :mod:`sgrad.nn.kernels` for the maths.
 """
@@ -36,8 +36,7 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     descends ``W -= alpha * dL/dW``, ``b -= alpha * dL/db``.  Returns L.  The layers must chain (each one's
     output_dim the next one's input_dim), share x's dtype, and learn with plain SGD; anything else is refused
     before any layer changes.  Afterwards each layer holds its ``input``, ``output`` and ``weight_output_delta``
-    and no gradients, as after the loop's ``update``.  Unlike ``update``, its steps are not kept for
-    :func:`~sgrad.nn.module.restored_on_error` to put back.
+    and no gradients, as after the loop's ``update``.
     """
     alpha = _check_step(layers, x, labels, alpha)
     batch = x.shape[0]
@@ -70,7 +69,6 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     delta *= 1.0 / batch
 
     # Backward: dz = dh ⊙ f'(h), then dW = hᵀ dz, db = 1ᵀ dz, dh_below = dz Wᵀ (not for the bottom layer).
-    gradients = []
     for k in range(len(layers) - 1, -1, -1):
         layer = layers[k]
         if layer.nonlin is relu:
@@ -78,19 +76,14 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
         elif layer.nonlin is not identity:
             delta *= layer.nonlin_deriv(outputs[k])
         layer.weight_output_delta = delta
-        gradients.append((layer, inputs[k].T @ delta, ones @ delta if layer.bias is not None else None))
+        layer.weights_grad = inputs[k].T @ delta
+        layer.bias_grad = ones @ delta if layer.bias is not None else None
         if k:
             delta = delta @ layer.weights.T
 
-    # SGD: each gradient is scaled in place, then subtracted, so no array of a parameter's size is made.
-    for layer, weights_grad, bias_grad in gradients:
-        weights_grad *= alpha
-        layer.weights -= weights_grad
-        if bias_grad is not None:
-            bias_grad *= alpha
-            layer.bias -= bias_grad
-        layer.weights_grad = layer.bias_grad = None
-        layer._stale = True
+    # SGD, each layer's own update, once every delta has passed down through the weights before the step.
+    for layer in layers:
+        layer.update(alpha)
     return loss
 
 
