@@ -6,7 +6,7 @@ sandbox and with ``--no-sandbox``, alternating which goes first, and checks ever
 The table gives each round's wall time, the median, and the sandbox's cost per notebook: (sandboxed
 wall time − unsandboxed wall time) × jobs ÷ notebooks, the time a core spends on it per notebook.
 
-Target (exit status 0 if it holds): the sandboxed class in at most ``--target`` seconds (default 150).
+Target (exit status 0 if it holds): the sandboxed class in at most ``--target`` seconds (default 90).
 Other processes on the machine disturb the figures: run it on a quiet machine.
 
 Run:  python benchmarks/grade_class.py [--notebooks 30] [--rounds 2] [--jobs 2] [--out docs/grading/class.json]
@@ -66,7 +66,7 @@ def main() -> int:
     parser.add_argument("--notebooks", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--target", type=float, default=150.0)
+    parser.add_argument("--target", type=float, default=90.0)
     parser.add_argument("--out", type=pathlib.Path, help="write the run's record here, as JSON")
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
