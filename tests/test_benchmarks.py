@@ -185,6 +185,18 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert all(value >= 0 for value in [*machine["wake"].values(), *machine["contention"].values()])
     assert "| local | " in (tmp_path / "results.md").read_text()  # the machine's table
     assert len(measured["runs"]) == 6 and len(measured["computing_seconds_per_step"]) == 4
+    # Where the 2 workers' DNI step goes: each worker's events and the rest add up to the step the run measured.
+    where = {(w["method"], w["workers"]): w["seconds_per_step"][0] for w in measured["where_the_time_goes"]}
+    assert sorted(where) == [("backprop", 1), ("backprop", 2), ("dni", 1), ("dni", 2)]
+    rate = {(r["method"], r["workers"]): r["examples_per_second"][0] for r in measured["runs"] if r["engine"] == "local"}
+    for key, workers in where.items():
+        assert sorted(workers) == [str(k) for k in range(key[1])], key  # JSON's keys
+        for shares in workers.values():
+            assert abs(sum(shares.values()) - 256 / rate[key]) < 1e-9, (key, shares)
+            assert min(shares[kind] for kind in shares if kind != "other") > 0, (key, shares)
+    assert where[("dni", 2)]["0"]["dni"] > 0 and where[("dni", 2)]["1"]["update"] > 0
+    table = (tmp_path / "results.md").read_text().split("Where a step's time goes")[1]
+    assert "| worker 0 | " in table and "| worker 1 | " in table and "| half the single-process step |" in table
 
 
 def test_the_simulator_against_a_comparison_reads_its_runs_and_predicts_each_leaving_no_worker_behind(tmp_path):

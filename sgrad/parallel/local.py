@@ -14,6 +14,7 @@ the driver, which gets it, stops them all; and a worker whose driver has gone ex
 import contextlib
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
@@ -106,9 +107,9 @@ class LocalEngine(Engine):
             if process.is_alive():
                 process.kill()
                 process.join()
-        for queue in self.queues:
-            queue.cancel_join_thread()
-            queue.close()
+        for inbox in self.queues:
+            inbox.cancel_join_thread()
+            inbox.close()
         for connection in self.connections.values():
             connection.close()
 
@@ -128,11 +129,32 @@ def serve(handover: Any, inbox: Any, neighbours: dict[int, Any], connection: Any
         neighbours[j].put(message)
 
     try:
-        worker.run(inbox, send, connection.send)
+        worker.run(received_in_background(inbox), send, connection.send)
     except BaseException:
-        for queue in neighbours.values():
-            queue.cancel_join_thread()  # at exit, do not wait to hand messages to a worker that may be gone
+        for outbox in neighbours.values():
+            outbox.cancel_join_thread()  # at exit, do not wait to hand messages to a worker that may be gone
         sys.exit(1)
+
+
+def received_in_background(inbox: Any) -> queue.SimpleQueue[Message]:
+    """The messages of ``inbox`` as a thread of this process takes them, the moment they come.
+
+    A message of a batch's activations is larger than a pipe holds, so its sender's feeder thread can write only
+    the first part of it until the receiver reads; read only when the worker asks for it, the rest of the
+    transfer would happen then, while the worker waits.  This thread reads each message as it arrives (NumPy's
+    products release the interpreter lock, so it runs while the worker computes) and hands it on whole.
+    """
+    received: queue.SimpleQueue[Message] = queue.SimpleQueue()
+
+    def take_all() -> None:
+        while True:
+            try:
+                received.put(inbox.get())
+            except (EOFError, OSError, ValueError):  # the queue was closed: the run is over
+                return
+
+    threading.Thread(target=take_all, name="sgrad inbox", daemon=True).start()
+    return received
 
 
 def exit_with_driver() -> None:
