@@ -13,7 +13,7 @@ The plain layer (``LSTM.step_by_step = True``) runs :func:`sgrad.nn.kernels.lstm
 - the gates' derivatives from their stored outputs, ``s (1 - s)`` and ``1 - g**2``, in one buffer per step;
 - ``dz_t W_hᵀ`` against a contiguous copy of ``W_hᵀ``, which the BLAS multiplies faster than the transposed view;
 - ``h_0 W_h`` skipped when the start state is zero (a sequence's first window), since it is zero;
-- the weight gradients from time-major rows, one product each, with no copy of dz.
+- the three weight gradients in one product, ``[x, h, 1]ᵀ dz`` over every step's rows, with no copy of dz.
 
 ``tests/test_fast_lstm.py`` checks both routines against the plain loop, in float32 and float64, with and without a
 start state and a gradient at the last state.
@@ -117,13 +117,16 @@ def window_backward(x: np.ndarray, hidden_states: np.ndarray, cell_states: np.nd
         d *= derivative
         np.matmul(d, weights_h_t, out=dh_next)               # dh_{t-1} = dz_t W_hᵀ
         np.multiply(dc, f, out=dc_next)                      # dc_{t-1} = dc * f
-    # z_t = x_t W_x + h_{t-1} W_h + b at every step: with the steps stacked as rows, one linear map.
+    # z_t = [x_t, h_{t-1}, 1] [W_x; W_h; b] at every step: with the steps stacked as rows, one linear map, whose
+    # gradient [dW_x; dW_h; db] = [x, h, 1]ᵀ dz is one matrix product.
+    input_dim = x.shape[2]
     dz_rows = dz.reshape(time * batch, 4 * hidden)
-    x_rows = np.ascontiguousarray(x.transpose(1, 0, 2)).reshape(time * batch, -1)
-    h_rows = hs[:-1].reshape(time * batch, hidden)
-    d_weights_x = x_rows.T @ dz_rows
-    d_weights_h = h_rows.T @ dz_rows
-    d_bias = np.ones(time * batch, dtype=dtype) @ dz_rows    # the column sums, in the BLAS
+    rows = np.empty((time, batch, input_dim + hidden + 1), dtype=np.result_type(x, hs, dz))
+    rows[:, :, :input_dim] = x.transpose(1, 0, 2)
+    rows[:, :, input_dim:-1] = hs[:-1]
+    rows[:, :, -1] = 1.0
+    d_weights = rows.reshape(time * batch, -1).T @ dz_rows
+    d_weights_x, d_weights_h, d_bias = d_weights[:input_dim], d_weights[input_dim:-1], d_weights[-1]
     d_x = None
     if input_delta:
         d_x = (dz_rows @ weights_x.T).reshape(time, batch, -1).transpose(1, 0, 2)
