@@ -11,7 +11,6 @@ The plain layer (``LSTM.step_by_step = True``) runs :func:`sgrad.nn.kernels.lstm
 - the four gates in place in one row of z: ``sigmoid(z) = (1 + tanh(z / 2)) / 2``, so i, f, g, o are one tanh
   over the row between two scalings by columns; no concatenation, no fresh array per step;
 - the gates' derivatives from their stored outputs, ``s (1 - s)`` and ``1 - g**2``, in one buffer per step;
-- ``dz_t W_hᵀ`` against a contiguous copy of ``W_hᵀ``, which the BLAS multiplies faster than the transposed view;
 - ``h_0 W_h`` skipped when the start state is zero (a sequence's first window), since it is zero;
 - the three weight gradients in one product, ``[x, h, 1]ᵀ dz`` over every step's rows, with no copy of dz.
 
@@ -88,7 +87,6 @@ def window_backward(x: np.ndarray, hidden_states: np.ndarray, cell_states: np.nd
     hs, cs, gates = (array.transpose(1, 0, 2) for array in (hidden_states, cell_states, gate_values))
     dtype = np.result_type(d_outputs, hidden_states, *([] if d_last_state is None else [d_last_state]))
     dz = np.empty((time, batch, 4 * hidden), dtype=dtype)
-    weights_h_t = np.ascontiguousarray(weights_h.T)
     dh, dc = np.empty((batch, hidden), dtype=dtype), np.empty((batch, hidden), dtype=dtype)
     if d_last_state is None:
         dh_next, dc_next = np.zeros((batch, hidden), dtype=dtype), np.zeros((batch, hidden), dtype=dtype)
@@ -115,7 +113,7 @@ def window_backward(x: np.ndarray, hidden_states: np.ndarray, cell_states: np.nd
         np.multiply(dc, i, out=d[:, 2 * hidden:3 * hidden])
         np.multiply(dh, tanh_c, out=d[:, 3 * hidden:])
         d *= derivative
-        np.matmul(d, weights_h_t, out=dh_next)               # dh_{t-1} = dz_t W_hᵀ
+        np.matmul(d, weights_h.T, out=dh_next)                  # dh_{t-1} = dz_t W_hᵀ
         np.multiply(dc, f, out=dc_next)                      # dc_{t-1} = dc * f
     # z_t = [x_t, h_{t-1}, 1] [W_x; W_h; b] at every step: with the steps stacked as rows, one linear map, whose
     # gradient [dW_x; dW_h; db] = [x, h, 1]ᵀ dz is one matrix product.
