@@ -41,7 +41,8 @@ A readout per step is a :class:`~sgrad.Layer` applied to the outputs as
 
 The maths of one step is in :mod:`sgrad.nn.kernels` (``rnn_step_forward``,
 ``lstm_step_forward`` and their backward passes); the classes run the steps
-in a loop over time and hold the parameters.
+in a loop over time and hold the parameters.  The LSTM runs the same window
+faster through :mod:`sgrad.recurrent.fast_lstm` unless ``step_by_step`` is set.
 """
 
 from typing import Any
@@ -193,7 +194,7 @@ class Recurrent(OwnParameters):
         return self._backpropagate(x, hidden_states, d_outputs, d_last_state, input_delta)
 
     def _backpropagate(self, x: np.ndarray, hidden_states: np.ndarray, d_outputs: np.ndarray,
-                  d_last_state: np.ndarray | None, input_delta: bool) -> tuple[np.ndarray | None, np.ndarray]:
+                       d_last_state: np.ndarray | None, input_delta: bool) -> tuple[np.ndarray | None, np.ndarray]:
         """:meth:`backward` once its arguments are checked: store the parameter gradients, return ``(d_x, d_state)``."""
         dz, d_state = self._back_through_time(d_outputs, d_last_state)
         # The same W_x, W_h and b serve every step, so their gradients are sums over the steps:
