@@ -41,7 +41,8 @@ A readout per step is a :class:`~sgrad.Layer` applied to the outputs as
 
 The maths of one step is in :mod:`sgrad.nn.kernels` (``rnn_step_forward``,
 ``lstm_step_forward`` and their backward passes); the classes run the steps
-in a loop over time and hold the parameters.
+in a loop over time and hold the parameters.  The LSTM runs the same window
+faster through :mod:`sgrad.recurrent.fast_lstm` unless ``step_by_step`` is set.
 """
 
 from typing import Any
@@ -54,6 +55,7 @@ from ..nn import kernels
 from ..nn.initializers import INITIALIZERS, initialize
 from ..nn.module import OwnParameters
 from ..nn.optimizers import UpdateRule
+from . import fast_lstm
 
 
 def check_sequence(array: Any, name: str, width: int | None = None, *, width_name: str = "features") -> np.ndarray:
@@ -189,6 +191,11 @@ class Recurrent(OwnParameters):
         if d_last_state is not None:
             argument_checks.check_same_shape(d_last_state, "d_last_state", last_state, "the last state")
         input_delta = argument_checks.check_bool(input_delta, "input_delta")
+        return self._backpropagate(x, hidden_states, d_outputs, d_last_state, input_delta)
+
+    def _backpropagate(self, x: np.ndarray, hidden_states: np.ndarray, d_outputs: np.ndarray,
+                       d_last_state: np.ndarray | None, input_delta: bool) -> tuple[np.ndarray | None, np.ndarray]:
+        """:meth:`backward` once its arguments are checked: store the parameter gradients, return ``(d_x, d_state)``."""
         dz, d_state = self._back_through_time(d_outputs, d_last_state)
         # The same W_x, W_h and b serve every step, so their gradients are sums over the steps:
         # with the steps stacked as rows, z = [x_t] W_x + [h_{t-1}] W_h + b is one linear map.
@@ -275,9 +282,13 @@ class LSTM(Recurrent):
     ----------
     cell_states : (batch, time + 1, hidden_dim), c_0 to c_T from the last forward pass
     gate_values : (batch, time, 4 * hidden_dim), [i, f, g, o] at every step
+    step_by_step : False (the default) runs each window with :mod:`sgrad.recurrent.fast_lstm`, which computes the
+        same numbers faster; True (``core.step_by_step = True``) runs the loops below, one kernel call per step,
+        as the maths reads.  ``tests/test_fast_lstm.py`` checks that the two agree.
     """
 
     gates = 4
+    step_by_step = False
 
     def __init__(self, input_dim: int, hidden_dim: int, *, forget_bias: float = 1.0, **options: Any) -> None:
         forget_bias = argument_checks.check_number(forget_bias, "forget_bias", example="1.0")
@@ -291,6 +302,8 @@ class LSTM(Recurrent):
         return 2 * self.hidden_dim
 
     def _through_time(self, x, state):
+        if not self.step_by_step:
+            return fast_lstm.window_forward(x, state, self.weights_x, self.weights_h, self.bias)
         batch, time, _ = x.shape
         hidden = self.hidden_dim
         dtype = np.result_type(x, state, self.weights_h)
@@ -303,6 +316,14 @@ class LSTM(Recurrent):
                 x[:, t], hs[:, t], cs[:, t], self.weights_x, self.weights_h, self.bias)
         last_state = np.concatenate([hs[:, -1], cs[:, -1]], axis=1)
         return last_state, {"hidden_states": hs, "cell_states": cs, "gate_values": gates}
+
+    def _backpropagate(self, x, hidden_states, d_outputs, d_last_state, input_delta):
+        if self.step_by_step:
+            return super()._backpropagate(x, hidden_states, d_outputs, d_last_state, input_delta)
+        d_x, self.weights_x_grad, self.weights_h_grad, self.bias_grad, d_state = fast_lstm.window_backward(
+            x, hidden_states, self.cell_states, self.gate_values, d_outputs, d_last_state, self.weights_x,
+            self.weights_h, input_delta)
+        return d_x, d_state
 
     def _back_through_time(self, d_outputs, d_last_state):
         hs, cs, gates = self.hidden_states, self.cell_states, self.gate_values

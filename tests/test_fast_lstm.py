@@ -1,0 +1,114 @@
+"""sgrad.recurrent.fast_lstm, the LSTM's whole-window routines, against the plain loop they replace.
+
+Two LSTMs with the same parameters run the same window, one as it runs by default (fast_lstm) and one with
+``step_by_step = True`` (one call of kernels.lstm_step_forward and lstm_step_backward per step): every array either
+returns or keeps must agree to rounding, in float32 and float64, from a zero state and from a given one, with and
+without a gradient at the last state.  The gradients themselves are checked against central differences in
+tests/test_recurrent.py.
+"""
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import batches, booleans, dtypes, seeds, widths
+
+from sgrad.recurrent.layers import LSTM
+
+START_STATES = ["zeros (None)", "given", "h zero, c given"]
+
+
+def _pair(dtype, input_dim, hidden, seed, spread):
+    """Two LSTMs with the same random parameters (``spread`` their size), the second one step by step."""
+    rng = np.random.default_rng(seed)
+    fast, plain = LSTM(input_dim, hidden, seed=0, dtype=dtype), LSTM(input_dim, hidden, seed=0, dtype=dtype)
+    plain.step_by_step = True
+    for name, param in fast.parameters.items():
+        param[...] = spread * rng.standard_normal(param.shape)
+        plain.parameters[name][...] = param
+    return fast, plain, rng
+
+
+def _window(rng, dtype, batch, time, input_dim, hidden, start):
+    x = rng.standard_normal((batch, time, input_dim)).astype(dtype)
+    state = None
+    if start != "zeros (None)":
+        state = rng.standard_normal((batch, 2 * hidden)).astype(dtype)
+        if start == "h zero, c given":
+            state[:, :hidden] = 0
+    return x, state
+
+
+def _assert_close(name, mine, plain, dtype, size):
+    """``mine`` (fast) equals ``plain`` to the rounding of sums of ``size``-sized terms in ``dtype``."""
+    assert mine.shape == plain.shape, f"{name}: shape {mine.shape}, the plain loop's {plain.shape}"
+    assert mine.dtype == plain.dtype, f"{name}: dtype {mine.dtype}, the plain loop's {plain.dtype}"
+    bound = 64 * np.finfo(dtype).eps * size
+    difference = float(np.max(np.abs(mine.astype(np.float64) - plain)))
+    assert difference <= bound, (
+        f"{name}: fast (mine) and the plain loop differ by {difference:.2g}, more than rounding ({bound:.2g})\n"
+        f"  fast:  {np.ravel(mine)[:6]}\n  plain: {np.ravel(plain)[:6]}")
+
+
+@given(dtype=dtypes, batch=batches, time=st.integers(1, 6), input_dim=widths, hidden=widths, seed=seeds,
+       start=st.sampled_from(START_STATES), spread=st.sampled_from([0.5, 4.0]))
+def test_the_window_forward_is_the_plain_loop(dtype, batch, time, input_dim, hidden, seed, start, spread):
+    fast, plain, rng = _pair(dtype, input_dim, hidden, seed, spread)
+    x, state = _window(rng, dtype, batch, time, input_dim, hidden, start)
+
+    mine = fast.forward(x, state)
+    theirs = plain.forward(x, state)
+
+    # h, c and the gates are of order 1 (c grows by at most 1 a step); spread 4 saturates some gates.
+    for name, ours, reference in [("outputs", mine[0], theirs[0]), ("last_state", mine[1], theirs[1]),
+                                  ("hidden_states", fast.hidden_states, plain.hidden_states),
+                                  ("cell_states", fast.cell_states, plain.cell_states),
+                                  ("gate_values", fast.gate_values, plain.gate_values)]:
+        _assert_close(name, ours, reference, dtype, time * (1 + spread * (input_dim + hidden + 1)))
+    np.testing.assert_array_equal(fast.predict(x, state)[0], mine[0], err_msg="predict is not forward")
+
+
+@given(dtype=dtypes, batch=batches, time=st.integers(1, 6), input_dim=widths, hidden=widths, seed=seeds,
+       start=st.sampled_from(START_STATES), gradient_at_the_end=booleans, input_delta=booleans)
+def test_the_window_backward_is_the_plain_loop(dtype, batch, time, input_dim, hidden, seed, start,
+                                               gradient_at_the_end, input_delta):
+    fast, plain, rng = _pair(dtype, input_dim, hidden, seed, 0.5)
+    x, state = _window(rng, dtype, batch, time, input_dim, hidden, start)
+    d_outputs = rng.standard_normal((batch, time, hidden)).astype(dtype)
+    d_last_state = rng.standard_normal((batch, 2 * hidden)).astype(dtype) if gradient_at_the_end else None
+    fast.forward(x, state)
+    plain.forward(x, state)
+    kept = {name: getattr(fast, name).copy() for name in ("input", "hidden_states", "cell_states", "gate_values")}
+    given_arrays = [array.copy() for array in (d_outputs, d_last_state) if array is not None]
+
+    d_x, d_state = fast.backward(d_outputs, d_last_state, input_delta=input_delta)
+    plain_d_x, plain_d_state = plain.backward(d_outputs, d_last_state, input_delta=input_delta)
+
+    # Each gradient is a sum over up to batch * time terms of products of order 1 and of the weights (0.5).
+    size = batch * time * (1 + input_dim + hidden)
+    _assert_close("d_state", d_state, plain_d_state, dtype, size)
+    for name, gradient in fast.gradients.items():
+        _assert_close(f"d{name}", gradient, plain.gradients[name], dtype, size)
+    if input_delta:
+        _assert_close("d_x", d_x, plain_d_x, dtype, size)
+    else:
+        assert d_x is None and plain_d_x is None
+    for name, before in kept.items():
+        np.testing.assert_array_equal(getattr(fast, name), before, err_msg=f"backward changed the layer's {name}")
+    for array, before in zip([a for a in (d_outputs, d_last_state) if a is not None], given_arrays):
+        np.testing.assert_array_equal(array, before, err_msg="backward changed its arguments")
+    again = fast.backward(d_outputs, d_last_state, input_delta=input_delta)[1]
+    np.testing.assert_array_equal(again, d_state, err_msg="a second backward on the same window gave other numbers")
+
+
+def test_the_plain_loop_and_the_window_routines_take_a_dozen_steps_alike_in_float32():
+    """A training run in small: the two stay together over steps, not only over one."""
+    fast, plain, rng = _pair(np.float32, 5, 8, seed=7, spread=0.3)
+    x = rng.standard_normal((4, 9, 5)).astype(np.float32)
+    y = rng.standard_normal((4, 9, 8)).astype(np.float32)
+    for _ in range(12):
+        for core in (fast, plain):
+            outputs, _ = core.forward(x)
+            core.backward((outputs - y) / 4, None, input_delta=False)
+            core.update(0.1)
+    for name, param in fast.parameters.items():
+        _assert_close(name, param, plain.parameters[name], np.float32, 12 * 9 * 4)
