@@ -6,9 +6,12 @@ CPU it detects unless ``OPENBLAS_CORETYPE`` names a kernel set; naming one the C
 on a CPU without AVX-512) stops the process with an illegal instruction.
 """
 
+import datetime
+import json
 import os
 import pathlib
 import platform
+import sys
 
 
 def describe() -> str:
@@ -24,6 +27,17 @@ def describe() -> str:
                 flags = set(value.split())
     avx512 = "unknown" if flags is None else ("yes" if "avx512f" in flags else "no")
     return f"CPU: {model} (AVX-512: {avx512}); OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}"
+
+
+def write_record(path: str, load_before: float, **fields) -> None:
+    """Write a benchmark's record, JSON at ``path``: its command, machine, date and load average, then ``fields``."""
+    import numpy as np
+
+    record = {"command": " ".join(["python", f"benchmarks/{pathlib.Path(sys.argv[0]).name}", *sys.argv[1:]]),
+              "machine": describe(), "numpy": np.__version__, "date": datetime.date.today().isoformat(),
+              "load": [round(load_before, 2), round(os.getloadavg()[0], 2)], **fields}
+    pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(path).write_text(json.dumps(record, indent=1) + "\n")
 
 
 if __name__ == "__main__":
