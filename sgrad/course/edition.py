@@ -59,7 +59,7 @@ WITHHELD = {
     "sgrad.nn.kernels.sum_windows": "the backward of sliding_windows, which only backward passes call",
     "sgrad.nn.fast_kernels.batchnorm_backward": _BATCHNORM,
     "sgrad.nn.fast_kernels.maxpool2d_backward": _BACKWARD,
-    "sgrad.nn.fast_kernels.conv2d_input_delta": "with 1×1 kernels, δ·Wᵀ: a dense layer's input delta",
+    "sgrad.nn.fast_kernels.conv2d_backward": "with 1×1 kernels a convolution is a dense layer: xᵀ·δ and δ·Wᵀ",
     "sgrad.nn.layers.Layer.backward": "exercise 1",
     "sgrad.nn.blocks.Activation.backward": "g ⊙ f'(h): exercise 1's weight_output_delta",
     "sgrad.nn.blocks.Sequential.backward": "its modules' backward passes in a chain: around one Layer, exercise 1",

@@ -9,6 +9,7 @@ pooling's: in ``benchmarks/cnn_step.py``).
 import functools
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 
 @functools.lru_cache(maxsize=64)
@@ -109,20 +110,136 @@ def maxpool2d_backward(dout: np.ndarray, x: np.ndarray, out: np.ndarray, kernel:
     return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2)
 
 
-def conv2d_input_delta(dz: np.ndarray, input_shape: tuple[int, ...], weights: np.ndarray, stride: int,
-                       padding: int) -> np.ndarray:
-    """dL/dx of :func:`sgrad.nn.kernels.conv2d_backward`, summed offset by offset rather than through one big dL/dX_col.
+# The im2col matrix of a whole batch can be far larger than the cache (40 MB for the second convolution of the MNIST
+# CNN in float32): written out once and read back by the matrix product, it costs about as much as the product.
+# A piece of a few examples' windows that fits in the cache is written and read there instead.
+CHUNK_BYTES = 1 << 20  # about the size of a core's L2 cache: the im2col piece of one chunk of examples
+WHOLE_BYTES = 16 << 20  # an im2col matrix up to this size is built whole, and kept for the backward pass
 
-    dz: (batch, out_channels, H_out, W_out); returns dL/dx: ``input_shape``.  The plain kernel
-    computes dL/dX_col = dZ W_col, (batch H_out W_out, k_h k_w in_channels): for a 5×5 kernel 25
-    times the size of dL/dx, written out and read back by :func:`~sgrad.nn.kernels.sum_windows`.
-    Here each kernel offset (i, j) adds its own product ``dZ W[:, :, i, j]``, (batch H_out W_out,
-    in_channels), onto the pixels its windows read: the same sums, in pieces that stay in the cache.
+
+def _chunks(batch: int, bytes_per_example: int, chunk_bytes: int) -> list[slice]:
+    """The batch cut into runs of consecutive examples whose im2col rows take about ``chunk_bytes`` each."""
+    per = max(1, chunk_bytes // max(1, bytes_per_example))
+    return [slice(start, min(batch, start + per)) for start in range(0, batch, per)]
+
+
+def _windows(padded: np.ndarray, kernel: tuple[int, int], stride: int) -> np.ndarray:
+    """:func:`sgrad.nn.kernels.sliding_windows` of an already padded channels-last array (batch, H', W', channels)."""
+    windows = sliding_window_view(padded, kernel, axis=(1, 2))  # (batch, H' - k_h + 1, W' - k_w + 1, channels, k_h, k_w)
+    return windows[:, ::stride, ::stride].transpose(0, 1, 2, 4, 5, 3)
+
+
+def _padded(x: np.ndarray, padding: int) -> np.ndarray:
+    """x (batch, channels, height, width) as (batch, height, width, channels), padded with zeros."""
+    channels_last = x.transpose(0, 2, 3, 1)
+    if padding:
+        return np.pad(channels_last, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    return channels_last
+
+
+def _add_windows(d_padded: np.ndarray, d_windows: np.ndarray, stride: int) -> None:
+    """:func:`sgrad.nn.kernels.sum_windows`'s scatter-add, into ``d_padded`` (batch, H', W', channels), in place.
+
+    The plain loop adds one kernel offset (i, j) at a time: runs of ``channels`` numbers, which NumPy adds
+    one short run after another.  Here, within kernel row i, window x covers the k_w pixels from
+    ``stride x`` on, whose channels lie side by side in memory: a run of k_w channels numbers.  Windows
+    q = ceil(k_w / stride) apart do not overlap, so the windows x = r, r + q, r + 2q, ... add their runs
+    in one operation, for each residue r < q: k_h q operations of long runs (k_h k_w of them at stride 1).
     """
-    batch, in_channels, height, width = input_shape
+    _, _, out_width, kernel_height, kernel_width, _ = d_windows.shape
+    apart = -(-kernel_width // stride)  # q
+    batch_stride, row_stride, column_stride, channel_stride = d_padded.strides
+    for i in range(kernel_height):
+        for r in range(min(apart, out_width)):
+            windows = d_windows[:, :, r::apart, i]  # (batch, H_out, M, k_w, channels)
+            target = as_strided(d_padded[:, i:, stride * r:], shape=windows.shape,
+                                strides=(batch_stride, stride * row_stride, stride * apart * column_stride,
+                                         column_stride, channel_stride))
+            target += windows
+
+
+def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, stride: int, padding: int, *,
+                   whole_bytes: int = WHOLE_BYTES, chunk_bytes: int = CHUNK_BYTES
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`sgrad.nn.kernels.conv2d_forward`, ``Z = X_col W_colᵀ + b``, a few examples at a time: ``(z, X_col or None)``.
+
+    When the im2col matrix X_col is at most ``whole_bytes``, it is built whole, as the plain kernel does, and
+    returned for the backward pass.  Larger, it is built ``chunk_bytes`` at a time into one reused piece of
+    memory, each piece multiplied while it is still in the cache, and None is returned:
+    :func:`conv2d_backward` builds the pieces again (twice the copying, but in the cache, and cheaper than one
+    pass through main memory).  z is (batch, out_channels, H_out, W_out), channels-last in memory.
+    """
+    batch = x.shape[0]
+    out_channels, _, kernel_height, kernel_width = weights.shape
+    padded = _padded(x, padding)
+    windows = _windows(padded, (kernel_height, kernel_width), stride)
+    out_height, out_width = windows.shape[1:3]
+    w_col_t = weights.transpose(2, 3, 1, 0).reshape(-1, out_channels)  # W_colᵀ: (k_h k_w in_channels, out_channels)
+    width = w_col_t.shape[0]
+    per_example = out_height * out_width * width * x.dtype.itemsize
+    columns = None
+    if batch * per_example <= whole_bytes:
+        columns = windows.reshape(-1, width)  # the im2col copy
+        z = columns @ w_col_t
+    else:
+        z = np.empty((batch * out_height * out_width, out_channels), dtype=x.dtype)
+        z_maps = z.reshape(batch, out_height, out_width, out_channels)
+        chunks = _chunks(batch, per_example, chunk_bytes)
+        piece = np.empty((chunks[0].stop, out_height, out_width, kernel_height, kernel_width, x.shape[1]), x.dtype)
+        for chunk in chunks:
+            rows = piece[:chunk.stop - chunk.start]
+            np.copyto(rows, windows[chunk])
+            np.matmul(rows.reshape(-1, width), w_col_t, out=z_maps[chunk].reshape(-1, out_channels))
+    if bias is not None:
+        z += bias
+    return z.reshape(batch, out_height, out_width, out_channels).transpose(0, 3, 1, 2), columns
+
+
+def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, weights: np.ndarray, stride: int,
+                    padding: int, with_bias: bool, input_delta: bool = True, *, chunk_bytes: int = CHUNK_BYTES
+                    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
+    """:func:`sgrad.nn.kernels.conv2d_backward`, ``(dL/dx, dL/dW, dL/db)``, a few examples at a time.
+
+    The same formulas: ``dL/dW_col = dZᵀ X_col``, ``dL/db`` the sum of dZ's rows, ``dL/dX_col = dZ W_col`` added
+    back onto the windows (:func:`~sgrad.nn.kernels.sum_windows`).  X_col is ``columns`` from
+    :func:`conv2d_forward`, or, when that is None, built again piece by piece from x; dL/dX_col is only ever
+    made ``chunk_bytes`` at a time and added back while it is in the cache.  dL/dW is then a sum over the
+    pieces: the same sum as the plain kernel's, in another order.
+    """
+    batch, in_channels, height, width = x.shape
+    out_channels, _, kernel_height, kernel_width = weights.shape
     out_height, out_width = dz.shape[2:]
-    rows = dz.transpose(0, 2, 3, 1).reshape(-1, weights.shape[0])
-    d_padded = np.zeros((batch, height + 2 * padding, width + 2 * padding, in_channels), dtype=rows.dtype)
-    for (i, j), index in _offsets(weights.shape[2:], stride, out_height, out_width):
-        d_padded[index] += (rows @ weights[:, :, i, j]).reshape(batch, out_height, out_width, in_channels)
-    return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2)
+    rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels); no copy if
+    flat_rows = rows.reshape(-1, out_channels)             # dz came channels-last, as this module's outputs do
+    w_col = weights.transpose(0, 2, 3, 1).reshape(out_channels, -1)
+    columns_width = w_col.shape[1]
+    d_bias = flat_rows.sum(axis=0) if with_bias else None
+    chunks = _chunks(batch, out_height * out_width * columns_width * x.dtype.itemsize, chunk_bytes)
+    piece_shape = (chunks[0].stop * out_height * out_width, columns_width)
+    windows, piece = None, None
+    if columns is not None:
+        d_w_col = flat_rows.T @ columns
+    else:
+        windows = _windows(_padded(x, padding), (kernel_height, kernel_width), stride)
+        piece = np.empty(piece_shape, dtype=x.dtype)
+        d_w_col = np.zeros((out_channels, columns_width), dtype=x.dtype)
+    d_padded = d_piece = None
+    if input_delta:
+        d_padded = np.zeros((batch, height + 2 * padding, width + 2 * padding, in_channels), dtype=x.dtype)
+        d_piece = np.empty(piece_shape, dtype=x.dtype)
+    for chunk in chunks:
+        count = (chunk.stop - chunk.start) * out_height * out_width
+        chunk_rows = rows[chunk].reshape(-1, out_channels)
+        if windows is not None:
+            chunk_columns = piece[:count]
+            np.copyto(chunk_columns.reshape(windows[chunk].shape), windows[chunk])
+            d_w_col += chunk_rows.T @ chunk_columns
+        if d_padded is not None:
+            d_windows = np.matmul(chunk_rows, w_col, out=d_piece[:count]).reshape(
+                -1, out_height, out_width, kernel_height, kernel_width, in_channels)
+            _add_windows(d_padded[chunk], d_windows, stride)
+    d_weights = np.ascontiguousarray(
+        d_w_col.reshape(out_channels, kernel_height, kernel_width, in_channels).transpose(0, 3, 1, 2))
+    if d_padded is None:
+        return None, d_weights, d_bias
+    return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2), d_weights, d_bias
