@@ -9,7 +9,7 @@ pooling's: in ``benchmarks/cnn_step.py``).
 import functools
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided, sliding_window_view
+from numpy.lib.stride_tricks import sliding_window_view
 
 
 @functools.lru_cache(maxsize=64)
@@ -137,25 +137,21 @@ def _padded(x: np.ndarray, padding: int) -> np.ndarray:
     return channels_last
 
 
-def _add_windows(d_padded: np.ndarray, d_windows: np.ndarray, stride: int) -> None:
-    """:func:`sgrad.nn.kernels.sum_windows`'s scatter-add, into ``d_padded`` (batch, H', W', channels), in place.
-
-    The plain loop adds one kernel offset (i, j) at a time: runs of ``channels`` numbers, which NumPy adds
-    one short run after another.  Here, within kernel row i, window x covers the k_w pixels from
-    ``stride x`` on, whose channels lie side by side in memory: a run of k_w channels numbers.  Windows
-    q = ceil(k_w / stride) apart do not overlap, so the windows x = r, r + q, r + 2q, ... add their runs
-    in one operation, for each residue r < q: k_h q operations of long runs (k_h k_w of them at stride 1).
-    """
-    _, _, out_width, kernel_height, kernel_width, _ = d_windows.shape
-    apart = -(-kernel_width // stride)  # q
-    batch_stride, row_stride, column_stride, channel_stride = d_padded.strides
-    for i in range(kernel_height):
-        for r in range(min(apart, out_width)):
-            windows = d_windows[:, :, r::apart, i]  # (batch, H_out, M, k_w, channels)
-            target = as_strided(d_padded[:, i:, stride * r:], shape=windows.shape,
-                                strides=(batch_stride, stride * row_stride, stride * apart * column_stride,
-                                         column_stride, channel_stride))
-            target += windows
+def _correlate_in_chunks(padded: np.ndarray, w_col_t: np.ndarray, kernel: tuple[int, int], stride: int,
+                         chunk_bytes: int) -> np.ndarray:
+    """``X_col W_colᵀ`` for the windows of ``padded`` (batch, H', W', channels), X_col built a few examples at a time
+    into one reused piece of memory and multiplied while it is in the cache.  Returns (batch, H_out, W_out, outputs)."""
+    windows = _windows(padded, kernel, stride)  # (batch, H_out, W_out, k_h, k_w, channels)
+    batch, out_height, out_width = windows.shape[:3]
+    width, outputs = w_col_t.shape
+    out = np.empty((batch, out_height, out_width, outputs), dtype=padded.dtype)
+    chunks = _chunks(batch, out_height * out_width * width * padded.dtype.itemsize, chunk_bytes)
+    piece = np.empty((chunks[0].stop, *windows.shape[1:]), dtype=padded.dtype)
+    for chunk in chunks:
+        rows = piece[:chunk.stop - chunk.start]
+        np.copyto(rows, windows[chunk])
+        np.matmul(rows.reshape(-1, width), w_col_t, out=out[chunk].reshape(-1, outputs))
+    return out
 
 
 def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, stride: int, padding: int, *,
@@ -169,30 +165,19 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     :func:`conv2d_backward` builds the pieces again (twice the copying, but in the cache, and cheaper than one
     pass through main memory).  z is (batch, out_channels, H_out, W_out), channels-last in memory.
     """
-    batch = x.shape[0]
-    out_channels, _, kernel_height, kernel_width = weights.shape
+    kernel = weights.shape[2:]
     padded = _padded(x, padding)
-    windows = _windows(padded, (kernel_height, kernel_width), stride)
-    out_height, out_width = windows.shape[1:3]
-    w_col_t = weights.transpose(2, 3, 1, 0).reshape(-1, out_channels)  # W_colᵀ: (k_h k_w in_channels, out_channels)
-    width = w_col_t.shape[0]
-    per_example = out_height * out_width * width * x.dtype.itemsize
+    w_col_t = weights.transpose(2, 3, 1, 0).reshape(-1, weights.shape[0])  # W_colᵀ: (k_h k_w in_channels, out_channels)
+    windows = _windows(padded, kernel, stride)
     columns = None
-    if batch * per_example <= whole_bytes:
-        columns = windows.reshape(-1, width)  # the im2col copy
-        z = columns @ w_col_t
+    if windows.size * x.dtype.itemsize <= whole_bytes:
+        columns = windows.reshape(-1, w_col_t.shape[0])  # the im2col copy
+        z = (columns @ w_col_t).reshape(*windows.shape[:3], -1)
     else:
-        z = np.empty((batch * out_height * out_width, out_channels), dtype=x.dtype)
-        z_maps = z.reshape(batch, out_height, out_width, out_channels)
-        chunks = _chunks(batch, per_example, chunk_bytes)
-        piece = np.empty((chunks[0].stop, out_height, out_width, kernel_height, kernel_width, x.shape[1]), x.dtype)
-        for chunk in chunks:
-            rows = piece[:chunk.stop - chunk.start]
-            np.copyto(rows, windows[chunk])
-            np.matmul(rows.reshape(-1, width), w_col_t, out=z_maps[chunk].reshape(-1, out_channels))
+        z = _correlate_in_chunks(padded, w_col_t, kernel, stride, chunk_bytes)
     if bias is not None:
         z += bias
-    return z.reshape(batch, out_height, out_width, out_channels).transpose(0, 3, 1, 2), columns
+    return z.transpose(0, 3, 1, 2), columns
 
 
 def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, weights: np.ndarray, stride: int,
@@ -200,46 +185,61 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
                     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
     """:func:`sgrad.nn.kernels.conv2d_backward`, ``(dL/dx, dL/dW, dL/db)``, a few examples at a time.
 
-    The same formulas: ``dL/dW_col = dZᵀ X_col``, ``dL/db`` the sum of dZ's rows, ``dL/dX_col = dZ W_col`` added
-    back onto the windows (:func:`~sgrad.nn.kernels.sum_windows`).  X_col is ``columns`` from
-    :func:`conv2d_forward`, or, when that is None, built again piece by piece from x; dL/dX_col is only ever
-    made ``chunk_bytes`` at a time and added back while it is in the cache.  dL/dW is then a sum over the
-    pieces: the same sum as the plain kernel's, in another order.
+    ``dL/dW_col = dZᵀ X_col`` and ``dL/db`` the sum of dZ's rows, as in the plain kernel; X_col is ``columns``
+    from :func:`conv2d_forward`, or, when that is None, built again ``chunk_bytes`` at a time from x, dL/dW
+    then the sum of the pieces' products (the same sum in another order).  dL/dx: see :func:`_input_delta`.
     """
-    batch, in_channels, height, width = x.shape
     out_channels, _, kernel_height, kernel_width = weights.shape
-    out_height, out_width = dz.shape[2:]
-    rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels); no copy if
+    rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
     flat_rows = rows.reshape(-1, out_channels)             # dz came channels-last, as this module's outputs do
-    w_col = weights.transpose(0, 2, 3, 1).reshape(out_channels, -1)
-    columns_width = w_col.shape[1]
     d_bias = flat_rows.sum(axis=0) if with_bias else None
-    chunks = _chunks(batch, out_height * out_width * columns_width * x.dtype.itemsize, chunk_bytes)
-    piece_shape = (chunks[0].stop * out_height * out_width, columns_width)
-    windows, piece = None, None
     if columns is not None:
         d_w_col = flat_rows.T @ columns
     else:
         windows = _windows(_padded(x, padding), (kernel_height, kernel_width), stride)
-        piece = np.empty(piece_shape, dtype=x.dtype)
-        d_w_col = np.zeros((out_channels, columns_width), dtype=x.dtype)
-    d_padded = d_piece = None
-    if input_delta:
-        d_padded = np.zeros((batch, height + 2 * padding, width + 2 * padding, in_channels), dtype=x.dtype)
-        d_piece = np.empty(piece_shape, dtype=x.dtype)
-    for chunk in chunks:
-        count = (chunk.stop - chunk.start) * out_height * out_width
-        chunk_rows = rows[chunk].reshape(-1, out_channels)
-        if windows is not None:
-            chunk_columns = piece[:count]
-            np.copyto(chunk_columns.reshape(windows[chunk].shape), windows[chunk])
-            d_w_col += chunk_rows.T @ chunk_columns
-        if d_padded is not None:
-            d_windows = np.matmul(chunk_rows, w_col, out=d_piece[:count]).reshape(
-                -1, out_height, out_width, kernel_height, kernel_width, in_channels)
-            _add_windows(d_padded[chunk], d_windows, stride)
+        width = kernel_height * kernel_width * x.shape[1]
+        d_w_col = np.zeros((out_channels, width), dtype=x.dtype)
+        chunks = _chunks(x.shape[0], windows[:1].size * x.dtype.itemsize, chunk_bytes)
+        piece = np.empty((chunks[0].stop, *windows.shape[1:]), dtype=x.dtype)
+        for chunk in chunks:
+            chunk_columns = piece[:chunk.stop - chunk.start]
+            np.copyto(chunk_columns, windows[chunk])
+            d_w_col += rows[chunk].reshape(-1, out_channels).T @ chunk_columns.reshape(-1, width)
     d_weights = np.ascontiguousarray(
-        d_w_col.reshape(out_channels, kernel_height, kernel_width, in_channels).transpose(0, 3, 1, 2))
-    if d_padded is None:
-        return None, d_weights, d_bias
-    return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2), d_weights, d_bias
+        d_w_col.reshape(out_channels, kernel_height, kernel_width, -1).transpose(0, 3, 1, 2))
+    dx = _input_delta(rows, x.shape, weights, stride, padding, chunk_bytes) if input_delta else None
+    return dx, d_weights, d_bias
+
+
+def _input_delta(rows: np.ndarray, input_shape: tuple[int, ...], weights: np.ndarray, stride: int, padding: int,
+                 chunk_bytes: int) -> np.ndarray:
+    """dL/dx of :func:`sgrad.nn.kernels.conv2d_backward` from dZ (batch, H_out, W_out, out_channels), channels-last.
+
+    The plain kernel makes dL/dX_col = dZ W_col, (batch H_out W_out, k_h k_w in_channels), then adds each window
+    back where it was read (:func:`~sgrad.nn.kernels.sum_windows`): k_h k_w additions of runs of in_channels
+    numbers.  At stride 1, with a padding p below the kernel's size k, the same sums read the other way round
+    are a convolution: ``dx[n, c, y, x] = sum over o, i, j of dz_pad[n, o, y + i, x + j] W[o, c, k_h-1-i, k_w-1-j]``,
+    with dz padded by k - 1 - p, run as the forward pass runs, a few examples at a time.  Otherwise (a larger
+    stride or padding) the plain kernel's way, a few examples at a time.
+    """
+    batch, in_channels, height, width = input_shape
+    out_channels, _, kernel_height, kernel_width = weights.shape
+    _, out_height, out_width, _ = rows.shape
+    if stride == 1 and padding < min(kernel_height, kernel_width):
+        pad_height, pad_width = kernel_height - 1 - padding, kernel_width - 1 - padding
+        padded = np.pad(rows, ((0, 0), (pad_height, pad_height), (pad_width, pad_width), (0, 0)))
+        flipped_t = weights[:, :, ::-1, ::-1].transpose(2, 3, 0, 1).reshape(-1, in_channels)  # (k_h k_w out, in)
+        dx = _correlate_in_chunks(padded, flipped_t, (kernel_height, kernel_width), 1, chunk_bytes)
+        return dx.transpose(0, 3, 1, 2)
+    w_col = weights.transpose(0, 2, 3, 1).reshape(out_channels, -1)
+    d_padded = np.zeros((batch, height + 2 * padding, width + 2 * padding, in_channels), dtype=rows.dtype)
+    chunks = _chunks(batch, out_height * out_width * w_col.shape[1] * rows.dtype.itemsize, chunk_bytes)
+    piece = np.empty((chunks[0].stop * out_height * out_width, w_col.shape[1]), dtype=rows.dtype)
+    for chunk in chunks:
+        chunk_rows = rows[chunk].reshape(-1, out_channels)
+        d_windows = np.matmul(chunk_rows, w_col, out=piece[:len(chunk_rows)]).reshape(
+            -1, out_height, out_width, kernel_height, kernel_width, in_channels)
+        d_chunk = d_padded[chunk]
+        for (i, j), index in _offsets((kernel_height, kernel_width), stride, out_height, out_width):
+            d_chunk[index] += d_windows[:, :, :, i, j]
+    return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2)
