@@ -94,18 +94,26 @@ def maxpool2d_backward(dout: np.ndarray, x: np.ndarray, out: np.ndarray, kernel:
     """:func:`sgrad.nn.kernels.maxpool2d_backward` from x and the pooled out, offset by offset.
 
     Each window's gradient goes to the first offset (in the order i, then j) whose value equals
-    the window's maximum, as argmax chooses in the plain kernel: ties go to the same input.
+    the window's maximum, as argmax chooses in the plain kernel: ties go to the same input.  Where windows
+    do not overlap, each offset writes its pixels' gradients in place, ``dout * hit``, with no sum.
     """
     padded = _channels_last_padded(x, padding)
     out, dout = out.transpose(0, 2, 3, 1), dout.transpose(0, 2, 3, 1)
-    d_padded = np.zeros(padded.shape, dtype=dout.dtype)
+    # Windows side by side that cover every pixel of the input: each pixel is written once, by one offset.
+    tiled = (stride == kernel[0] == kernel[1] and padding == 0 and x.shape[2] == stride * out.shape[1]
+             and x.shape[3] == stride * out.shape[2])
+    overlap = stride < max(kernel)
+    d_padded = np.empty(padded.shape, dtype=dout.dtype) if tiled else np.zeros(padded.shape, dtype=dout.dtype)
     unclaimed = np.ones(out.shape, dtype=bool)
     hit = np.empty(out.shape, dtype=bool)
     for _, index in _offsets(kernel, stride, out.shape[1], out.shape[2]):
         np.equal(padded[index], out, out=hit)
         hit &= unclaimed
-        d_padded[index] += dout * hit
-        unclaimed &= ~hit
+        if overlap:
+            d_padded[index] += dout * hit
+        else:
+            np.multiply(dout, hit, out=d_padded[index])
+        unclaimed ^= hit  # hit lies within unclaimed: these windows are claimed now
     height, width = x.shape[2:]
     return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2)
 
