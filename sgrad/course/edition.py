@@ -64,6 +64,7 @@ WITHHELD = {
     "sgrad.nn.blocks.Activation.backward": "g ⊙ f'(h): exercise 1's weight_output_delta",
     "sgrad.nn.blocks.Sequential.backward": "its modules' backward passes in a chain: around one Layer, exercise 1",
     "sgrad.nn.batchnorm.BatchNorm.backward": _BATCHNORM,
+    "sgrad.nn.batchnorm.BatchNorm._backward_rows": _BATCHNORM,
     "sgrad.nn.conv.Conv2d.backward": "with 1×1 kernels a convolution is a dense layer: exercise 1",
     "sgrad.nn.conv.MaxPool2d.backward": _BACKWARD,
     "sgrad.nn.conv.BatchNorm2d.backward": _BATCHNORM,

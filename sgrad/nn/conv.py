@@ -242,7 +242,7 @@ class BatchNorm2d(BatchNorm):
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The output for x in the current mode, with no side effects (running averages untouched)."""
         argument_checks.check_feature_maps(x, "input", self.input_dim, channels_name="this batch norm's channels")
-        return _as_maps(super().predict(_as_rows(x)), x.shape)
+        return _as_maps(self._predict_rows(_as_rows(x)), x.shape)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Normalise x: (batch, channels, height, width); in training mode also update the running averages."""
@@ -252,14 +252,14 @@ class BatchNorm2d(BatchNorm):
             raise ValueError(f"input has one value per channel (shape {x.shape}), but batch norm in training mode "
                              "needs at least 2 (over the batch and the positions); pass more examples or larger "
                              "maps, or use eval()")
-        self.output = _as_maps(super().forward(_as_rows(x)), x.shape)
+        self.output = _as_maps(self._forward_rows(_as_rows(x)), x.shape)
         return self.output
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """dL/dx: (batch, channels, height, width); stores dL/dgamma and dL/dbeta (None if not ``input_delta``)."""
         _, output = self.forward_cache()
         argument_checks.check_same_shape(output_delta, "output_delta", output, "the last output")
-        delta = super().backward(_as_rows(output_delta), input_delta=input_delta)
+        delta = self._backward_rows(_as_rows(output_delta), input_delta)
         return None if delta is None else _as_maps(delta, output.shape)
 
     def __repr__(self) -> str:
