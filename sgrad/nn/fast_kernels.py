@@ -98,7 +98,8 @@ def maxpool2d_backward(dout: np.ndarray, x: np.ndarray, out: np.ndarray, kernel:
     do not overlap, each offset writes its pixels' gradients in place, ``dout * hit``, with no sum.
     """
     padded = _channels_last_padded(x, padding)
-    out, dout = out.transpose(0, 2, 3, 1), dout.transpose(0, 2, 3, 1)
+    # dout channels-last in memory (a copy only if it is not, as from Flatten), so that each offset reads runs of it
+    out, dout = out.transpose(0, 2, 3, 1), np.ascontiguousarray(dout.transpose(0, 2, 3, 1))
     # Windows side by side that cover every pixel of the input: each pixel is written once, by one offset.
     tiled = (stride == kernel[0] == kernel[1] and padding == 0 and x.shape[2] == stride * out.shape[1]
              and x.shape[3] == stride * out.shape[2])
