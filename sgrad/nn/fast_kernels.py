@@ -202,20 +202,22 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
     flat_rows = rows.reshape(-1, out_channels)             # dz came channels-last, as this module's outputs do
     d_bias = flat_rows.sum(axis=0) if with_bias else None
+    # dL/dW_colᵀ = X_colᵀ dZ, (k_h k_w in_channels, out_channels): the same products as dZᵀ X_col, which the BLAS
+    # runs faster this way round
     if columns is not None:
-        d_w_col = flat_rows.T @ columns
+        d_w_col_t = columns.T @ flat_rows
     else:
         windows = _windows(_padded(x, padding), (kernel_height, kernel_width), stride)
         width = kernel_height * kernel_width * x.shape[1]
-        d_w_col = np.zeros((out_channels, width), dtype=x.dtype)
+        d_w_col_t = np.zeros((width, out_channels), dtype=x.dtype)
         chunks = _chunks(x.shape[0], windows[:1].size * x.dtype.itemsize, chunk_bytes)
         piece = np.empty((chunks[0].stop, *windows.shape[1:]), dtype=x.dtype)
         for chunk in chunks:
             chunk_columns = piece[:chunk.stop - chunk.start]
             np.copyto(chunk_columns, windows[chunk])
-            d_w_col += rows[chunk].reshape(-1, out_channels).T @ chunk_columns.reshape(-1, width)
+            d_w_col_t += chunk_columns.reshape(-1, width).T @ rows[chunk].reshape(-1, out_channels)
     d_weights = np.ascontiguousarray(
-        d_w_col.reshape(out_channels, kernel_height, kernel_width, -1).transpose(0, 3, 1, 2))
+        d_w_col_t.reshape(kernel_height, kernel_width, -1, out_channels).transpose(3, 2, 0, 1))
     dx = _input_delta(rows, x.shape, weights, stride, padding, chunk_bytes) if input_delta else None
     return dx, d_weights, d_bias
 
