@@ -83,8 +83,8 @@ def maxpool2d_forward(x: np.ndarray, kernel: tuple[int, int], stride: int, paddi
     out_height = (padded.shape[1] - kernel[0]) // stride + 1
     out_width = (padded.shape[2] - kernel[1]) // stride + 1
     views = [padded[index] for _, index in _offsets(kernel, stride, out_height, out_width)]
-    out = views[0].copy()
-    for view in views[1:]:
+    out = np.maximum(views[0], views[1]) if len(views) > 1 else views[0].copy()
+    for view in views[2:]:
         np.maximum(out, view, out=out)
     return out.transpose(0, 3, 1, 2)
 
