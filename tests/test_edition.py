@@ -256,7 +256,7 @@ def test_no_callable_of_the_edition_computes_a_dense_layers_backward_and_sgrads_
     on_the_edition, on_sgrad = search(edition), search(ROOT)
     assert on_the_edition["found"] == []
     assert {"sgrad.nn.kernels.linear_backward", "sgrad.nn.kernels.dense_backward", "sgrad.nn.kernels.rnn_step_backward",
-            "sgrad.nn.kernels.conv2d_backward", "sgrad.nn.fast_kernels.conv2d_input_delta", "sgrad.nn.layers.Layer.backward",
+            "sgrad.nn.kernels.conv2d_backward", "sgrad.nn.fast_kernels.conv2d_backward", "sgrad.nn.layers.Layer.backward",
             "sgrad.nn.blocks.Sequential.backward", "sgrad.nn.conv.Conv2d.backward",
             "sgrad.dni.decoupled.DecoupledModule.forward_and_update",
             "sgrad.dni.decoupled.DecoupledModule.update_from_synthetic_gradient",

@@ -100,28 +100,49 @@ def test_maxpool2d_is_the_plain_kernels_ties_included(dtype, batch, channels, he
     np.testing.assert_array_equal(x, before, err_msg="maxpool2d changed its input")
 
 
-# --- conv2d_input_delta: dL/dx of kernels.conv2d_backward, offset by offset ---------------------------------
+# --- conv2d_forward and conv2d_backward: kernels' convolution, a few examples at a time ----------------------
 
 
-@given(dtype=dtypes, batch=st.integers(1, 3), in_channels=st.integers(1, 3), out_channels=st.integers(1, 3),
+@given(dtype=dtypes, batch=st.integers(1, 4), in_channels=st.integers(1, 3), out_channels=st.integers(1, 3),
        height=st.integers(1, 7), width=st.integers(1, 7), kernel_height=st.integers(1, 3),
-       kernel_width=st.integers(1, 3), stride=st.integers(1, 3), padding=st.integers(0, 2), seed=seeds)
-def test_conv2d_input_delta_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width, kernel_height,
-                                                 kernel_width, stride, padding, seed):
+       kernel_width=st.integers(1, 4), stride=st.integers(1, 3), padding=st.integers(0, 2), bias=st.booleans(),
+       chunk_bytes=st.sampled_from([1, 300, 1 << 20]), whole=st.booleans(), input_delta=st.booleans(), seed=seeds)
+def test_conv2d_in_chunks_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width, kernel_height,
+                                               kernel_width, stride, padding, bias, chunk_bytes, whole, input_delta,
+                                               seed):
+    """z, dL/dx, dL/dW and dL/db of the chunked kernels against the plain ones: one example per chunk (1 byte),
+    a few, or the whole batch; X_col kept from the forward pass (whole) or built again in the backward one."""
     assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, in_channels, height, width)).astype(dtype)
     weights = rng.standard_normal((out_channels, in_channels, kernel_height, kernel_width)).astype(dtype)
-    z, columns = kernels.conv2d_forward(x, weights, None, stride, padding)
-    dz = rng.standard_normal(z.shape).astype(dtype)
+    b = rng.standard_normal(out_channels).astype(dtype) if bias else None
+    before = x.copy()
 
-    mine = fast_kernels.conv2d_input_delta(dz, x.shape, weights, stride, padding)
-    plain = kernels.conv2d_backward(dz, columns, x.shape, weights, stride, padding, False)[0]
+    z_plain, columns_plain = kernels.conv2d_forward(x, weights, b, stride, padding)
+    z, columns = fast_kernels.conv2d_forward(x, weights, b, stride, padding, whole_bytes=(1 << 30) if whole else 0,
+                                             chunk_bytes=chunk_bytes)
+    assert (columns is not None) == whole
+    dz = rng.standard_normal(z_plain.shape).astype(dtype)
+    plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, stride, padding, bias, input_delta)
+    mine = fast_kernels.conv2d_backward(dz, x, columns, weights, stride, padding, bias, input_delta,
+                                        chunk_bytes=chunk_bytes)
 
-    assert mine.dtype == dtype and mine.shape == x.shape
-    # each entry sums at most k_h k_w out_channels products |dz| |W|, in another order: rounding of that size
-    size = kernel_height * kernel_width * out_channels * float(np.max(np.abs(dz)) * np.max(np.abs(weights)))
-    difference = float(np.max(np.abs(mine.astype(np.float64) - plain)))
-    assert difference <= 4 * np.finfo(dtype).eps * size, (
-        f"dL/dx: fast (mine) and plain kernel differ by {difference:.2g}, more than rounding\n"
-        f"  fast:  {np.ravel(mine)[:6]}\n  plain: {np.ravel(plain)[:6]}")
+    eps = np.finfo(dtype).eps
+    taps = kernel_height * kernel_width
+    # Each result is a sum of products in another order than the plain kernel's: rounding of the size of the sum
+    # of the products' sizes.
+    sizes = {"z": taps * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights)) + (np.max(np.abs(b)) if bias else 0),
+             "dL/dx": taps * out_channels * np.max(np.abs(dz)) * np.max(np.abs(weights)),
+             "dL/dW": dz.size / out_channels * np.max(np.abs(dz)) * np.max(np.abs(x)),
+             "dL/db": dz.size / out_channels * np.max(np.abs(dz))}
+    for (name, size), ours, theirs in zip(sizes.items(), (z, *mine), (z_plain, *plain)):
+        if theirs is None:
+            assert ours is None, f"{name}: the fast kernel gave an array where the plain one gives None"
+            continue
+        assert ours.dtype == dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
+        difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+        assert difference <= 4 * eps * float(size), (
+            f"{name}: fast (mine) and plain kernel differ by {difference:.2g}, more than rounding\n"
+            f"  fast:  {np.ravel(ours)[:6]}\n  plain: {np.ravel(theirs)[:6]}")
+    np.testing.assert_array_equal(x, before, err_msg="the convolution changed its input")

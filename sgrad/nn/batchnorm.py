@@ -55,6 +55,10 @@ class BatchNorm(Module):
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The output for x in the current mode, with no side effects (running averages untouched)."""
         argument_checks.check_batch(x, "input", self.input_dim, width_name="features")
+        return self._predict_rows(x)
+
+    def _predict_rows(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`predict` on rows already checked."""
         if self.training:
             return fast_kernels.batchnorm_forward(x, self.gamma, self.beta, self.eps)[0]
         return self._normalise_with_running_statistics(x)[0]
@@ -63,6 +67,10 @@ class BatchNorm(Module):
         """Normalise x: (batch, features); in training mode also update the running averages."""
         argument_checks.check_batch(x, "input", self.input_dim, width_name="features")
         self.check_batch_size(x.shape[0])
+        return self._forward_rows(x)
+
+    def _forward_rows(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`forward` on rows already checked (a subclass checks its own input, once)."""
         self.gradients = {}
         if self.training:
             out, x_hat, inv_std, mean, var = fast_kernels.batchnorm_forward(x, self.gamma, self.beta, self.eps)
@@ -77,8 +85,13 @@ class BatchNorm(Module):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate dL/d(output); stores dL/dgamma and dL/dbeta, returns dL/dx (None if not ``input_delta``)."""
-        x_hat, inv_std, training = self.forward_cache()[0]
+        x_hat = self.forward_cache()[0][0]
         argument_checks.check_same_shape(output_delta, "output_delta", x_hat, "the last output")
+        return self._backward_rows(output_delta, input_delta)
+
+    def _backward_rows(self, output_delta: np.ndarray, input_delta: bool) -> np.ndarray | None:
+        """:meth:`backward` of a delta already checked."""
+        x_hat, inv_std, training = self.forward_cache()[0]
         backward = fast_kernels.batchnorm_backward if training else kernels.batchnorm_eval_backward
         dx, dgamma, dbeta = backward(output_delta, x_hat, inv_std, self.gamma)
         self.gradients = {"gamma": dgamma, "beta": dbeta}

@@ -22,8 +22,9 @@ that each module takes the channels the one before it gives.  A small CNN for MN
 
 The maths is in :mod:`sgrad.nn.kernels` (``conv2d_forward``, ``maxpool2d_forward`` and
 their backward passes: im2col and one matrix product, no loop over examples or positions).
-Two parts run a faster twin from :mod:`sgrad.nn.fast_kernels`, tested against the plain kernel: max
-pooling, and the convolution's dL/dx.  Outputs are (batch, channels, height, width) arrays
+The modules run faster twins from :mod:`sgrad.nn.fast_kernels`, each tested against its plain kernel: the
+convolution a few examples at a time (its im2col matrix in pieces that stay in the cache), and max pooling
+offset by offset.  Outputs are (batch, channels, height, width) arrays
 whose memory is channels-last; that changes nothing for a reader, and saves copies between
 the kernels.
 """
@@ -35,7 +36,7 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 from .. import argument_checks
-from . import fast_kernels, kernels
+from . import fast_kernels
 from .batchnorm import BatchNorm
 from .blocks import Activation, Sequential
 from .initializers import BIAS_INITIALIZERS, INITIALIZERS, initial_bias, initialize
@@ -92,12 +93,13 @@ class Conv2d(WeightsAndBias):
     bias : (out_channels,) array, or None
     input : the last forward pass's x
     output : the last forward pass's z
-    columns : (batch H_out W_out, k_h k_w in_channels), the im2col matrix of the last input
+    columns : (batch H_out W_out, k_h k_w in_channels), the im2col matrix of the last input, or None when it is
+        too large to keep (above ``fast_kernels.WHOLE_BYTES``): backward then builds it again, piece by piece
     weights_grad : dL/dW from the last backward
     bias_grad : dL/db from the last backward
     """
 
-    backward_needs = ("input", "output", "columns")
+    backward_needs = ("input", "output")  # and columns, which may be None: see the attributes
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int], *, stride: int = 1,
                  padding: int = 0, bias: bool = True, init: str = "he", bias_init: str = "zeros",
@@ -133,7 +135,8 @@ class Conv2d(WeightsAndBias):
     def forward(self, x: np.ndarray) -> np.ndarray:
         """z for x: (batch, in_channels, height, width), remembering x and its im2col matrix for ``backward``."""
         self._check(x)
-        self.output, self.columns = kernels.conv2d_forward(x, self.weights, self.bias, self.stride, self.padding)
+        # kernels.conv2d_forward's z, a few examples at a time when X_col is large (faster: see sgrad.nn.fast_kernels)
+        self.output, self.columns = fast_kernels.conv2d_forward(x, self.weights, self.bias, self.stride, self.padding)
         self.input = x
         self.weights_grad = self.bias_grad = None
         self._stale = False
@@ -142,7 +145,7 @@ class Conv2d(WeightsAndBias):
     def predict(self, x: np.ndarray) -> np.ndarray:
         """z for x, with no side effects."""
         self._check(x)
-        return kernels.conv2d_forward(x, self.weights, self.bias, self.stride, self.padding)[0]
+        return fast_kernels.conv2d_forward(x, self.weights, self.bias, self.stride, self.padding)[0]
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate ``output_delta = dL/dz`` (batch, out_channels, H_out, W_out) through the last forward.
@@ -150,16 +153,13 @@ class Conv2d(WeightsAndBias):
         Stores ``weights_grad`` and ``bias_grad`` (summed over the batch) and returns
         dL/dx: (batch, in_channels, height, width), or None with ``input_delta=False``.
         """
-        x, z, columns = self.forward_cache()
+        x, z = self.forward_cache()
         argument_checks.check_same_shape(output_delta, "output_delta", z, "this layer's last output")
         input_delta = argument_checks.check_bool(input_delta, "input_delta")
-        _, self.weights_grad, self.bias_grad = kernels.conv2d_backward(
-            output_delta, columns, x.shape, self.weights, self.stride, self.padding, self.bias is not None,
-            input_delta=False)
-        if not input_delta:
-            return None
-        # dL/dx as kernels.conv2d_backward defines it, offset by offset (faster: see sgrad.nn.fast_kernels)
-        return fast_kernels.conv2d_input_delta(output_delta, x.shape, self.weights, self.stride, self.padding)
+        # kernels.conv2d_backward, a few examples at a time (faster: see sgrad.nn.fast_kernels)
+        dx, self.weights_grad, self.bias_grad = fast_kernels.conv2d_backward(
+            output_delta, x, self.columns, self.weights, self.stride, self.padding, self.bias is not None, input_delta)
+        return dx
 
     def __repr__(self) -> str:
         return (f"Conv2d({self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -242,7 +242,7 @@ class BatchNorm2d(BatchNorm):
     def predict(self, x: np.ndarray) -> np.ndarray:
         """The output for x in the current mode, with no side effects (running averages untouched)."""
         argument_checks.check_feature_maps(x, "input", self.input_dim, channels_name="this batch norm's channels")
-        return _as_maps(super().predict(_as_rows(x)), x.shape)
+        return _as_maps(self._predict_rows(_as_rows(x)), x.shape)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """Normalise x: (batch, channels, height, width); in training mode also update the running averages."""
@@ -252,14 +252,14 @@ class BatchNorm2d(BatchNorm):
             raise ValueError(f"input has one value per channel (shape {x.shape}), but batch norm in training mode "
                              "needs at least 2 (over the batch and the positions); pass more examples or larger "
                              "maps, or use eval()")
-        self.output = _as_maps(super().forward(_as_rows(x)), x.shape)
+        self.output = _as_maps(self._forward_rows(_as_rows(x)), x.shape)
         return self.output
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """dL/dx: (batch, channels, height, width); stores dL/dgamma and dL/dbeta (None if not ``input_delta``)."""
         _, output = self.forward_cache()
         argument_checks.check_same_shape(output_delta, "output_delta", output, "the last output")
-        delta = super().backward(_as_rows(output_delta), input_delta=input_delta)
+        delta = self._backward_rows(_as_rows(output_delta), input_delta)
         return None if delta is None else _as_maps(delta, output.shape)
 
     def __repr__(self) -> str:

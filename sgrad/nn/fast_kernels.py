@@ -9,6 +9,7 @@ pooling's: in ``benchmarks/cnn_step.py``).
 import functools
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 
 @functools.lru_cache(maxsize=64)
@@ -82,8 +83,8 @@ def maxpool2d_forward(x: np.ndarray, kernel: tuple[int, int], stride: int, paddi
     out_height = (padded.shape[1] - kernel[0]) // stride + 1
     out_width = (padded.shape[2] - kernel[1]) // stride + 1
     views = [padded[index] for _, index in _offsets(kernel, stride, out_height, out_width)]
-    out = views[0].copy()
-    for view in views[1:]:
+    out = np.maximum(views[0], views[1]) if len(views) > 1 else views[0].copy()
+    for view in views[2:]:
         np.maximum(out, view, out=out)
     return out.transpose(0, 3, 1, 2)
 
@@ -93,36 +94,163 @@ def maxpool2d_backward(dout: np.ndarray, x: np.ndarray, out: np.ndarray, kernel:
     """:func:`sgrad.nn.kernels.maxpool2d_backward` from x and the pooled out, offset by offset.
 
     Each window's gradient goes to the first offset (in the order i, then j) whose value equals
-    the window's maximum, as argmax chooses in the plain kernel: ties go to the same input.
+    the window's maximum, as argmax chooses in the plain kernel: ties go to the same input.  Where windows
+    do not overlap, each offset writes its pixels' gradients in place, ``dout * hit``, with no sum.
     """
     padded = _channels_last_padded(x, padding)
-    out, dout = out.transpose(0, 2, 3, 1), dout.transpose(0, 2, 3, 1)
-    d_padded = np.zeros(padded.shape, dtype=dout.dtype)
+    # dout channels-last in memory (a copy only if it is not, as from Flatten), so that each offset reads runs of it
+    out, dout = out.transpose(0, 2, 3, 1), np.ascontiguousarray(dout.transpose(0, 2, 3, 1))
+    # Windows side by side that cover every pixel of the input: each pixel is written once, by one offset.
+    tiled = (stride == kernel[0] == kernel[1] and padding == 0 and x.shape[2] == stride * out.shape[1]
+             and x.shape[3] == stride * out.shape[2])
+    overlap = stride < max(kernel)
+    d_padded = np.empty(padded.shape, dtype=dout.dtype) if tiled else np.zeros(padded.shape, dtype=dout.dtype)
     unclaimed = np.ones(out.shape, dtype=bool)
     hit = np.empty(out.shape, dtype=bool)
     for _, index in _offsets(kernel, stride, out.shape[1], out.shape[2]):
         np.equal(padded[index], out, out=hit)
         hit &= unclaimed
-        d_padded[index] += dout * hit
-        unclaimed &= ~hit
+        if overlap:
+            d_padded[index] += dout * hit
+        else:
+            np.multiply(dout, hit, out=d_padded[index])
+        unclaimed ^= hit  # hit lies within unclaimed: these windows are claimed now
     height, width = x.shape[2:]
     return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2)
 
 
-def conv2d_input_delta(dz: np.ndarray, input_shape: tuple[int, ...], weights: np.ndarray, stride: int,
-                       padding: int) -> np.ndarray:
-    """dL/dx of :func:`sgrad.nn.kernels.conv2d_backward`, summed offset by offset rather than through one big dL/dX_col.
+# The im2col matrix of a whole batch can be far larger than the cache (40 MB for the second convolution of the MNIST
+# CNN in float32): written out once and read back by the matrix product, it costs about as much as the product.
+# A piece of a few examples' windows that fits in the cache is written and read there instead.
+CHUNK_BYTES = 1 << 20  # about the size of a core's L2 cache: the im2col piece of one chunk of examples
+WHOLE_BYTES = 16 << 20  # an im2col matrix up to this size is built whole, and kept for the backward pass
 
-    dz: (batch, out_channels, H_out, W_out); returns dL/dx: ``input_shape``.  The plain kernel
-    computes dL/dX_col = dZ W_col, (batch H_out W_out, k_h k_w in_channels): for a 5×5 kernel 25
-    times the size of dL/dx, written out and read back by :func:`~sgrad.nn.kernels.sum_windows`.
-    Here each kernel offset (i, j) adds its own product ``dZ W[:, :, i, j]``, (batch H_out W_out,
-    in_channels), onto the pixels its windows read: the same sums, in pieces that stay in the cache.
+
+def _chunks(batch: int, bytes_per_example: int, chunk_bytes: int) -> list[slice]:
+    """The batch cut into runs of consecutive examples whose im2col rows take about ``chunk_bytes`` each."""
+    per = max(1, chunk_bytes // max(1, bytes_per_example))
+    return [slice(start, min(batch, start + per)) for start in range(0, batch, per)]
+
+
+def _windows(padded: np.ndarray, kernel: tuple[int, int], stride: int) -> np.ndarray:
+    """:func:`sgrad.nn.kernels.sliding_windows` of an already padded channels-last array (batch, H', W', channels)."""
+    windows = sliding_window_view(padded, kernel, axis=(1, 2))  # (batch, H' - k_h + 1, W' - k_w + 1, channels, k_h, k_w)
+    return windows[:, ::stride, ::stride].transpose(0, 1, 2, 4, 5, 3)
+
+
+def _padded(x: np.ndarray, padding: int) -> np.ndarray:
+    """x (batch, channels, height, width) as (batch, height, width, channels), padded with zeros."""
+    channels_last = x.transpose(0, 2, 3, 1)
+    if padding:
+        return np.pad(channels_last, ((0, 0), (padding, padding), (padding, padding), (0, 0)))
+    return channels_last
+
+
+def _correlate_in_chunks(padded: np.ndarray, w_col_t: np.ndarray, kernel: tuple[int, int], stride: int,
+                         chunk_bytes: int) -> np.ndarray:
+    """``X_col W_colᵀ`` for the windows of ``padded`` (batch, H', W', channels), X_col built a few examples at a time
+    into one reused piece of memory and multiplied while it is in the cache.  Returns (batch, H_out, W_out, outputs)."""
+    windows = _windows(padded, kernel, stride)  # (batch, H_out, W_out, k_h, k_w, channels)
+    batch, out_height, out_width = windows.shape[:3]
+    width, outputs = w_col_t.shape
+    out = np.empty((batch, out_height, out_width, outputs), dtype=padded.dtype)
+    chunks = _chunks(batch, out_height * out_width * width * padded.dtype.itemsize, chunk_bytes)
+    piece = np.empty((chunks[0].stop, *windows.shape[1:]), dtype=padded.dtype)
+    for chunk in chunks:
+        rows = piece[:chunk.stop - chunk.start]
+        np.copyto(rows, windows[chunk])
+        np.matmul(rows.reshape(-1, width), w_col_t, out=out[chunk].reshape(-1, outputs))
+    return out
+
+
+def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, stride: int, padding: int, *,
+                   whole_bytes: int = WHOLE_BYTES, chunk_bytes: int = CHUNK_BYTES
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
+    """:func:`sgrad.nn.kernels.conv2d_forward`, ``Z = X_col W_colᵀ + b``, a few examples at a time: ``(z, X_col or None)``.
+
+    When the im2col matrix X_col is at most ``whole_bytes``, it is built whole, as the plain kernel does, and
+    returned for the backward pass.  Larger, it is built ``chunk_bytes`` at a time into one reused piece of
+    memory, each piece multiplied while it is still in the cache, and None is returned:
+    :func:`conv2d_backward` builds the pieces again (twice the copying, but in the cache, and cheaper than one
+    pass through main memory).  z is (batch, out_channels, H_out, W_out), channels-last in memory.
+    """
+    kernel = weights.shape[2:]
+    padded = _padded(x, padding)
+    w_col_t = weights.transpose(2, 3, 1, 0).reshape(-1, weights.shape[0])  # W_colᵀ: (k_h k_w in_channels, out_channels)
+    windows = _windows(padded, kernel, stride)
+    columns = None
+    if windows.size * x.dtype.itemsize <= whole_bytes:
+        columns = windows.reshape(-1, w_col_t.shape[0])  # the im2col copy
+        z = (columns @ w_col_t).reshape(*windows.shape[:3], -1)
+    else:
+        z = _correlate_in_chunks(padded, w_col_t, kernel, stride, chunk_bytes)
+    if bias is not None:
+        z += bias
+    return z.transpose(0, 3, 1, 2), columns
+
+
+def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, weights: np.ndarray, stride: int,
+                    padding: int, with_bias: bool, input_delta: bool = True, *, chunk_bytes: int = CHUNK_BYTES
+                    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
+    """:func:`sgrad.nn.kernels.conv2d_backward`, ``(dL/dx, dL/dW, dL/db)``, a few examples at a time.
+
+    ``dL/dW_col = dZᵀ X_col`` and ``dL/db`` the sum of dZ's rows, as in the plain kernel; X_col is ``columns``
+    from :func:`conv2d_forward`, or, when that is None, built again ``chunk_bytes`` at a time from x, dL/dW
+    then the sum of the pieces' products (the same sum in another order).  dL/dx: see :func:`_input_delta`.
+    """
+    out_channels, _, kernel_height, kernel_width = weights.shape
+    rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
+    flat_rows = rows.reshape(-1, out_channels)             # dz came channels-last, as this module's outputs do
+    d_bias = flat_rows.sum(axis=0) if with_bias else None
+    # dL/dW_colᵀ = X_colᵀ dZ, (k_h k_w in_channels, out_channels): the same products as dZᵀ X_col, which the BLAS
+    # runs faster this way round
+    if columns is not None:
+        d_w_col_t = columns.T @ flat_rows
+    else:
+        windows = _windows(_padded(x, padding), (kernel_height, kernel_width), stride)
+        width = kernel_height * kernel_width * x.shape[1]
+        d_w_col_t = np.zeros((width, out_channels), dtype=x.dtype)
+        chunks = _chunks(x.shape[0], windows[:1].size * x.dtype.itemsize, chunk_bytes)
+        piece = np.empty((chunks[0].stop, *windows.shape[1:]), dtype=x.dtype)
+        for chunk in chunks:
+            chunk_columns = piece[:chunk.stop - chunk.start]
+            np.copyto(chunk_columns, windows[chunk])
+            d_w_col_t += chunk_columns.reshape(-1, width).T @ rows[chunk].reshape(-1, out_channels)
+    d_weights = np.ascontiguousarray(
+        d_w_col_t.reshape(kernel_height, kernel_width, -1, out_channels).transpose(3, 2, 0, 1))
+    dx = _input_delta(rows, x.shape, weights, stride, padding, chunk_bytes) if input_delta else None
+    return dx, d_weights, d_bias
+
+
+def _input_delta(rows: np.ndarray, input_shape: tuple[int, ...], weights: np.ndarray, stride: int, padding: int,
+                 chunk_bytes: int) -> np.ndarray:
+    """dL/dx of :func:`sgrad.nn.kernels.conv2d_backward` from dZ (batch, H_out, W_out, out_channels), channels-last.
+
+    The plain kernel makes dL/dX_col = dZ W_col, (batch H_out W_out, k_h k_w in_channels), then adds each window
+    back where it was read (:func:`~sgrad.nn.kernels.sum_windows`): k_h k_w additions of runs of in_channels
+    numbers.  At stride 1, with a padding p below the kernel's size k, the same sums read the other way round
+    are a convolution: ``dx[n, c, y, x] = sum over o, i, j of dz_pad[n, o, y + i, x + j] W[o, c, k_h-1-i, k_w-1-j]``,
+    with dz padded by k - 1 - p, run as the forward pass runs, a few examples at a time.  Otherwise (a larger
+    stride or padding) the plain kernel's way, a few examples at a time.
     """
     batch, in_channels, height, width = input_shape
-    out_height, out_width = dz.shape[2:]
-    rows = dz.transpose(0, 2, 3, 1).reshape(-1, weights.shape[0])
+    out_channels, _, kernel_height, kernel_width = weights.shape
+    _, out_height, out_width, _ = rows.shape
+    if stride == 1 and padding < min(kernel_height, kernel_width):
+        pad_height, pad_width = kernel_height - 1 - padding, kernel_width - 1 - padding
+        padded = np.pad(rows, ((0, 0), (pad_height, pad_height), (pad_width, pad_width), (0, 0)))
+        flipped_t = weights[:, :, ::-1, ::-1].transpose(2, 3, 0, 1).reshape(-1, in_channels)  # (k_h k_w out, in)
+        dx = _correlate_in_chunks(padded, flipped_t, (kernel_height, kernel_width), 1, chunk_bytes)
+        return dx.transpose(0, 3, 1, 2)
+    w_col = weights.transpose(0, 2, 3, 1).reshape(out_channels, -1)
     d_padded = np.zeros((batch, height + 2 * padding, width + 2 * padding, in_channels), dtype=rows.dtype)
-    for (i, j), index in _offsets(weights.shape[2:], stride, out_height, out_width):
-        d_padded[index] += (rows @ weights[:, :, i, j]).reshape(batch, out_height, out_width, in_channels)
+    chunks = _chunks(batch, out_height * out_width * w_col.shape[1] * rows.dtype.itemsize, chunk_bytes)
+    piece = np.empty((chunks[0].stop * out_height * out_width, w_col.shape[1]), dtype=rows.dtype)
+    for chunk in chunks:
+        chunk_rows = rows[chunk].reshape(-1, out_channels)
+        d_windows = np.matmul(chunk_rows, w_col, out=piece[:len(chunk_rows)]).reshape(
+            -1, out_height, out_width, kernel_height, kernel_width, in_channels)
+        d_chunk = d_padded[chunk]
+        for (i, j), index in _offsets((kernel_height, kernel_width), stride, out_height, out_width):
+            d_chunk[index] += d_windows[:, :, :, i, j]
     return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2)
