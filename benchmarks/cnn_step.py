@@ -42,7 +42,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-from machine import describe  # noqa: E402
+from machine import describe, write_record  # noqa: E402
 
 from sgrad import Layer, Sequential  # noqa: E402
 from sgrad.dni.steps import backprop_step  # noqa: E402
@@ -180,7 +180,10 @@ def main(argv=None):
     parser.add_argument("--update-rule", default="adam", choices=["sgd", "adam"])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--steps", type=int, default=3, help="steps per side in each round")
+    parser.add_argument("--out", help="write the run's record (JSON) here")
     args = parser.parse_args(argv)
+    load_before = os.getloadavg()[0]
+    rows = {}
     try:
         import torch
     except ImportError:
@@ -203,6 +206,9 @@ def main(argv=None):
             print(f"{name}: same weights, one step: |loss difference| {loss_gap:.1e}, "
                   f"largest weight difference after the step {weight_gap:.1e}")
         row = measure(dtype, args.batch, args.update_rule, args.rounds, args.steps, torch is not None)
+        rows[name] = row
+        if torch is not None:
+            row["agreement"] = {"loss difference": float(loss_gap), "largest weight difference": float(weight_gap)}
         line = (f"{name}: sgrad {row['sgrad']:.1f} ms, products alone {row['products alone']:.1f} ms "
                 f"(sgrad / products {row['floor ratio']:.2f})")
         if torch is not None:
@@ -212,6 +218,10 @@ def main(argv=None):
                      f"{'met' if row['ratio'] <= TARGET else 'missed'}")
             within = within and row["ratio"] <= TARGET
         print(line, flush=True)
+    if args.out:
+        write_record(args.out, load_before, torch=torch.__version__ if torch is not None else None, threads=THREADS,
+                     target=TARGET, rounds=args.rounds, steps=args.steps, batch=args.batch,
+                     update_rule=args.update_rule, dtypes=rows)
     return 0 if within else 1
 
 
