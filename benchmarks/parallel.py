@@ -3,8 +3,9 @@
 On the paper's MNIST net (784-256-256-10, Linear→BatchNorm→ReLU blocks, generators with two hidden
 layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's do):
 
-1. the single-process steps (``sgrad.dni.steps.dni_step``, ``backprop_step``), median time per step,
-   gathering the batch included (as the bottom worker gathers it);
+1. the single-process steps (``sgrad.dni.steps.dni_step``, ``backprop_step``): examples per second in
+   the steady state, from the start of step steps/4 to the start of step 3 steps/4, gathering the batch
+   included (as the bottom worker gathers it), measured as the workers' runs are;
 2. the same nets on 1 and 2 local workers (``sgrad.parallel.train_parallel``): examples per
    second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4;
    ``--steps`` for DNI, five times as many for backprop, whose step is some fifteen times shorter),
@@ -107,6 +108,23 @@ def single_process_step(method, train, steps):
     return float(np.median(times[steps // 10:]))
 
 
+def single_process_throughput(method, train, steps):
+    """Examples per second of ``method``'s single-process step in the steady state, as the workers' are measured.
+
+    ``steps`` steps, timed from the start of step steps/4 to the start of step 3 steps/4, batch gathering
+    included: the mean over that span, not a median step, so that every pause (a page fault, a slow stretch of
+    the machine) counts as it counts in :func:`pipeline_throughput`.
+    """
+    step = Stepper(method, train)
+    first, last = steps // 4, 3 * steps // 4
+    for _ in range(first):
+        step()
+    start = time.perf_counter()
+    for _ in range(last - first):
+        step()
+    return BATCH * (last - first) / (time.perf_counter() - start)
+
+
 def pipeline_throughput(method, split, workers, steps, engine):
     """``(examples per second, seconds of computing per step, where a step's time goes)`` on ``workers`` workers.
 
@@ -144,7 +162,7 @@ def worker_block_times(method):
 
 
 def block_times(method, train, rounds=30, config=CONFIG, schedule=None):
-    """Each hidden block's :class:`BlockTimes` and the top layer's seconds, median over ``rounds`` batches.
+    """Each hidden block's :class:`BlockTimes` and the top layer's seconds, the mean over ``rounds`` batches.
 
     ``config``'s net, built for ``method``; ``schedule`` (default ``method``) says which generators are given
     the label (cDNI's and the conditioned complete unlock's).  The complete unlock's blocks also time their
@@ -196,10 +214,11 @@ def block_times(method, train, rounds=30, config=CONFIG, schedule=None):
             top.update(config.alpha)
 
         timed(None, top_step)
-    median = {key: float(np.median(values[rounds // 5:])) if values else 0.0 for key, values in samples.items()}
-    median[(0, "forward")] += float(np.median(gathering[rounds // 5:]))  # the bottom worker gathers the batch
-    return ([BlockTimes(*(median[(j, part)] for part in BlockTimes._fields)) for j in range(len(blocks))],
-            float(np.median(top_samples[rounds // 5:])))
+    # The mean, not the median: the simulator predicts a run's throughput, a mean, to which every slow call counts.
+    mean = {key: float(np.mean(values[rounds // 5:])) if values else 0.0 for key, values in samples.items()}
+    mean[(0, "forward")] += float(np.mean(gathering[rounds // 5:]))  # the bottom worker gathers the batch
+    return ([BlockTimes(*(mean[(j, part)] for part in BlockTimes._fields)) for j in range(len(blocks))],
+            float(np.mean(top_samples[rounds // 5:])))
 
 
 def busy_seconds():
@@ -446,7 +465,7 @@ def report(args):
     for repeat in range(args.repeats):
         for method in methods:
             runs.setdefault((method, "one process", 1), []).append(
-                BATCH / single_process_step(method, train, steps[method] // 2))
+                single_process_throughput(method, train, steps[method]))
         for name, engine in engines.items():
             with started(name):
                 for method in methods:

@@ -290,6 +290,19 @@ def parallel_wall_clock_target(_: str) -> str:
                           f"at {backprop['wall_time']:.1f} s")])
 
 
+@table("parallel-throughput")
+def parallel_throughput(_: str) -> str:
+    """``benchmarks/parallel.py --out docs/parallel/throughput``: its runs, the machine, the targets, the split."""
+    record = read_json("docs/parallel/throughput/results.json")
+    tables = markdown_tables("docs/parallel/throughput/results.md")
+    text = (ROOT / "docs/parallel/throughput/results.md").read_text().splitlines()
+    targets = [line for line in text if line.startswith(("- met:", "- MISSED:"))]
+    split = next(line for line in text if line.startswith("Where a step's time goes"))
+    return "\n\n".join([tables[0], tables[1], "\n".join(targets), split, tables[2],
+                         f"`{record['command']}` on {record['date']}: {record['cpu']}; {record['cores']} cores; load "
+                         f"average {record['load_average'][0]:.2f} before, {record['load_average'][1]:.2f} after."])
+
+
 @table("parallel-forward-unlock")
 def parallel_forward_unlock(_: str) -> str:
     return markdown_tables("docs/parallel/forward-unlock/results.md")[0]
