@@ -269,6 +269,30 @@ def layer_step(_: str) -> str:
     return "\n".join(lines)
 
 
+@table("performance-lstm-cnn")
+def performance_lstm_cnn(_: str) -> str:
+    """``benchmarks/lstm_step.py`` and ``cnn_step.py --out``: each kernel setting's run, each dtype a row."""
+    lines = ["| step | OpenBLAS kernels | dtype | sgrad | PyTorch | products alone | sgrad ÷ PyTorch (rounds' range) "
+             "| sgrad ÷ products | ≤ target |", "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    runs = []
+    for name, label in (("lstm_step", "LSTM, batch 64, 256 units, T = 8, SGD"), ("cnn_step", "CNN, batch 64, Adam")):
+        for path in sorted((ROOT / "docs/performance").glob(f"{name}*.json"), key=lambda p: (p.stem != name, p.stem)):
+            record = json.loads(path.read_text())
+            runs.append(record)
+            kernels = record["machine"].split("OPENBLAS_CORETYPE=")[1]
+            for dtype, run in record["dtypes"].items():
+                low, high = run["ratio range"]
+                lines.append(row(label, "default (unset)" if kernels == "unset" else kernels, dtype,
+                                 f"{run['sgrad']:.2f} ms", f"{run['PyTorch']:.2f} ms", f"{run['products alone']:.2f} ms",
+                                 f"{run['ratio']:.2f}× ({low:.2f}–{high:.2f})", f"{run['floor ratio']:.2f}×",
+                                 f"{record['target']:g}×: {'met' if run['ratio'] <= record['target'] else 'missed'}"))
+    lines.append("")
+    lines += [f"- `{r['command']}` on {r['date']}: {r['machine']}; numpy {r['numpy']}, PyTorch {r['torch']}; "
+              f"{r['threads']} thread; {r['rounds']} rounds; load average {r['load'][0]:.2f} before, "
+              f"{r['load'][1]:.2f} after." for r in runs]
+    return "\n".join(lines)
+
+
 # --- parallel workers --------------------------------------------------------------------------------
 
 
