@@ -1,6 +1,7 @@
 """Runs side by side (sgrad/experiments/side_by_side.py): each in a worker process, results in the runs' order,
 errors raised again in the driver, and no worker left behind whatever happens."""
 
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -10,6 +11,7 @@ import time
 
 import pytest
 
+from sgrad.experiments import side_by_side
 from sgrad.experiments.side_by_side import run_side_by_side
 from sgrad.parallel.engines import WorkerFailed
 
@@ -77,13 +79,36 @@ def test_a_run_whose_process_dies_stops_every_worker_with_a_message_naming_the_r
 
 
 def test_ctrl_c_in_the_driver_stops_every_worker():
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
+    # Sent to the driver's main thread, as a terminal's Ctrl-C reaches a command with one thread: if it comes while a
+    # worker is being started, the driver takes it once the worker has started.
+    timer = threading.Timer(2.0, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             run_side_by_side({"first": sleeps, "second": sleeps}, workers=2)
     finally:
         timer.cancel()
+    assert no_worker_left()
+
+
+def naps(progress):
+    time.sleep(10)
+
+
+def test_a_ctrl_c_while_a_worker_starts_is_taken_once_it_has_started(monkeypatch):
+    real_environment = side_by_side.environment
+
+    @contextlib.contextmanager
+    def ctrl_c_then_environment(variables):  # Ctrl-C reaches the driver just as it starts a worker
+        signal.raise_signal(signal.SIGINT)
+        with real_environment(variables):
+            yield
+
+    monkeypatch.setattr(side_by_side, "environment", ctrl_c_then_environment)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_side_by_side({"first": naps, "second": naps}, workers=2)
+    assert time.monotonic() - start < 5  # taken at once, not after the runs' 10 s
     assert no_worker_left()
 
 

@@ -61,7 +61,10 @@ def run_side_by_side(runs: Mapping[str, Callable[[Progress], Any]], *, workers: 
         while waiting or running:
             while waiting and len(running) < workers:
                 name, run = waiting.pop(0)
-                running[name] = _start(context, name, progress is not None)  # stopped in the end, whatever happens
+                try:
+                    running[name] = _start(context, name, progress is not None)  # stopped in the end, whatever happens
+                finally:
+                    _take_ctrl_c()
                 _hand_over(name, *running[name], run)
             _collect(running, results, progress)
     finally:
@@ -92,15 +95,29 @@ def _hand_over(name, process, connection, run):
 
 @contextlib.contextmanager
 def _sigint_ignored():
-    """Ignore Ctrl-C for the body, in the main thread (where Python lets a program set its signal handlers)."""
+    """Start the body's processes with Ctrl-C ignored; a Ctrl-C that comes meanwhile waits for :func:`_take_ctrl_c`.
+
+    A process started in the body inherits SIGINT ignored (its disposition) and blocked (the main thread's
+    mask).  Here the handler is back when the body ends, but SIGINT stays blocked: one sent to the main thread
+    meanwhile stays pending (Linux keeps a blocked signal even while it is ignored) until the caller, having
+    recorded the process it started, unblocks it and takes it as a KeyboardInterrupt.  Only in the main thread,
+    where Python lets a program set its signal handlers.
+    """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     before = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def _take_ctrl_c() -> None:
+    """Unblock SIGINT in the main thread: a Ctrl-C held since a worker was started is raised here."""
+    if threading.current_thread() is threading.main_thread():
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _collect(running, results, progress):
@@ -143,6 +160,7 @@ def _serve(connection, relay_progress):
     Ctrl-C is ignored, as the worker was started: it is the driver's to handle, and the driver stops every worker.
     """
     signal.signal(signal.SIGTERM, _end)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # started blocked as well as ignored: still ignored
     threading.Thread(target=exit_with_driver, daemon=True).start()
     with connection:
         try:
