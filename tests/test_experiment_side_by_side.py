@@ -78,7 +78,16 @@ def test_a_run_whose_process_dies_stops_every_worker_with_a_message_naming_the_r
     assert no_worker_left()
 
 
-def test_ctrl_c_in_the_driver_stops_every_worker():
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C raises KeyboardInterrupt in this process, as at a terminal, also when pytest was started with it
+    ignored (as a shell starts a command in the background)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_in_the_driver_stops_every_worker(ctrl_c_raises):
     # Sent to the driver's main thread, as a terminal's Ctrl-C reaches a command with one thread: if it comes while a
     # worker is being started, the driver takes it once the worker has started.
     timer = threading.Timer(2.0, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
@@ -95,7 +104,7 @@ def naps(progress):
     time.sleep(10)
 
 
-def test_a_ctrl_c_while_a_worker_starts_is_taken_once_it_has_started(monkeypatch):
+def test_a_ctrl_c_while_a_worker_starts_is_taken_once_it_has_started(monkeypatch, ctrl_c_raises):
     real_environment = side_by_side.environment
 
     @contextlib.contextmanager
