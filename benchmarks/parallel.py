@@ -143,17 +143,16 @@ def pipeline_throughput(method, split, workers, steps, engine):
     for event in result.timeline:
         if event.worker == 0 and event.kind == "forward":
             starts[event.step] = min(event.start, starts.get(event.step, event.start))
-    computing = sum(event.end - event.start for event in result.timeline
-                    if event.kind != "wait" and first <= event.step < last)
     cycle = (starts[last] - starts[first]) / (last - first)
     shares: dict = {worker: {} for worker in range(workers)}
     for event in result.timeline:
         if first <= event.step < last:
             kinds = shares[event.worker]
             kinds[event.kind] = kinds.get(event.kind, 0.0) + (event.end - event.start) / (last - first)
+    computing = sum(seconds for kinds in shares.values() for kind, seconds in kinds.items() if kind != "wait")
     for kinds in shares.values():
         kinds["other"] = cycle - sum(kinds.values())
-    return BATCH / cycle, computing / (last - first), shares
+    return BATCH / cycle, computing, shares
 
 
 def worker_block_times(method):
