@@ -291,20 +291,20 @@ def _make_cgroups(name: str, memory_bytes: int, max_processes: int) -> _Cgroups:
                 if max_processes:
                     _write(directory, "pids.max", max_processes)
                 groups.pids, groups.pids_version = directory, 2
-    if groups.memory is None and "memory" in own:
-        with _noting(groups, own["memory"]):
-            directory = _make_directory(groups, own["memory"], name)
-            if memory_bytes:
-                _write(directory, "memory.limit_in_bytes", memory_bytes)
-                if os.path.exists(os.path.join(directory, "memory.memsw.limit_in_bytes")):  # no swap either
-                    _write(directory, "memory.memsw.limit_in_bytes", memory_bytes)
-            groups.memory, groups.memory_version = directory, 1
-    if groups.pids is None and "pids" in own:
-        with _noting(groups, own["pids"]):
-            directory = _make_directory(groups, own["pids"], name)
-            if max_processes:
-                _write(directory, "pids.max", max_processes)
-            groups.pids, groups.pids_version = directory, 1
+    # cgroup v1: a hierarchy per controller; the first file caps it, and memory's second, where the kernel counts
+    # swap, caps memory and swap together
+    v1_caps = (("memory", memory_bytes, ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")),
+               ("pids", max_processes, ("pids.max",)))
+    for controller, cap, cap_files in v1_caps:
+        if getattr(groups, controller) is not None or controller not in own:
+            continue
+        with _noting(groups, own[controller]):
+            directory = _make_directory(groups, own[controller], name)
+            for cap_file in cap_files if cap else ():
+                if cap_file == cap_files[0] or os.path.exists(os.path.join(directory, cap_file)):
+                    _write(directory, cap_file, cap)
+            setattr(groups, controller, directory)
+            setattr(groups, f"{controller}_version", 1)
     return groups
 
 
