@@ -305,3 +305,23 @@ def test_the_command_line_loads_the_grader_only_for_sgrad_grade():
               for command in ("compare", "grade")}
     assert loaded["compare"] == []
     assert {"sgrad.cli.grade", "sgrad.course.grader"} <= set(loaded["grade"])
+
+
+def refusals(text):
+    """The files of sgrad whose code (not a docstring or comment) raises a message holding ``text``."""
+    found = []
+    for path in modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None and text in ast.unparse(node.exc):
+                found.append(module_name(path))
+    return sorted(set(found))
+
+
+def test_each_guard_of_a_pass_back_or_an_update_is_written_once():
+    """A backward pass before a forward one, or after an update, is refused by Module.forward_cache alone; an update
+    of a regression net (a gradient or input generator) with nothing to correct, or twice, by RegressionNet alone;
+    a DNI module says the former in its own calls' names, before its generator is reached."""
+    assert refusals("needs a forward pass first") == ["nn.module"]
+    assert refusals("the last forward pass used the old weights") == ["dni.generators", "nn.module"]
+    assert refusals("to correct; call") == ["dni.decoupled", "dni.generators"]
+    assert {"nn.layers", "recurrent.tbptt"} <= set(refusals("must"))  # the scan sees the raises of other files

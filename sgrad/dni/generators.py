@@ -118,6 +118,18 @@ class RegressionNet(Module):
         """The regression loss's gradient for each parameter, from the last ``update``, keyed as :attr:`parameters`."""
         return self._gradients
 
+    def _to_correct(self, prediction: np.ndarray | None, method: str, what: str, call: str) -> np.ndarray:
+        """The last forward pass's ``prediction``, for ``method`` to regress onto its target; refused before any."""
+        if prediction is None:
+            raise ValueError(f"{method} needs {what} to correct; call {call} first")
+        return prediction
+
+    def _check_not_updated(self, call: str) -> None:
+        """Refuse a second update for one forward pass: the first has stepped the net that made the prediction."""
+        if self._updated:
+            raise ValueError(f"update() after update(): the last forward pass used the old weights; "
+                             f"call {call} again first")
+
     def _regression_step(self, dnet_output: np.ndarray, alpha: float) -> None:
         """Backpropagate dL/d(the net's output) through ``net``, keep the gradients, and step at ``alpha``."""
         self.net.backward(dnet_output, input_delta=False)  # [input, c] is data: no delta for it
@@ -168,14 +180,11 @@ class Generator(RegressionNet):
 
     def update(self, target: np.ndarray, alpha: float) -> float:
         """One descent step on ``L_M`` of the last forward's prediction against ``target``; returns ``L_M``."""
-        if self.prediction is None:
-            raise ValueError("update() needs a prediction to correct; call forward(h) first")
-        argument_checks.check_same_shape(target, "target", self.prediction, self.prediction_name)
+        prediction = self._to_correct(self.prediction, "update()", "a prediction", "forward(h)")
+        argument_checks.check_same_shape(target, "target", prediction, self.prediction_name)
         alpha = argument_checks.check_learning_rate(alpha)
-        if self._updated:
-            raise ValueError("update() after update(): the last forward pass used the old weights; "
-                             "call forward(h) again first")
-        loss, dprediction = regression_loss(self.prediction, target)
+        self._check_not_updated("forward(h)")
+        loss, dprediction = regression_loss(prediction, target)
         self._regression_step(self._net_delta(dprediction), alpha)
         return loss
 

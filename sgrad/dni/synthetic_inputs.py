@@ -101,14 +101,11 @@ class InputGenerator(RegressionNet):
                 with running_averages_kept(self):
                     self.forward(x, condition)
                 return self.update(h, alpha)
-        if self.synthetic_input is None:
-            raise ValueError("update(h) needs a synthetic input to correct; call forward(x) first")
-        argument_checks.check_same_shape(h, "h", self.synthetic_input, "the last synthetic input", same_dtype=True)
+        synthetic_input = self._to_correct(self.synthetic_input, "update(h)", "a synthetic input", "forward(x)")
+        argument_checks.check_same_shape(h, "h", synthetic_input, "the last synthetic input", same_dtype=True)
         alpha = argument_checks.check_learning_rate(alpha)
-        if self._updated:
-            raise ValueError("update() after update(): the last forward pass used the old weights; "
-                             "call forward(x) again first")
-        loss, dprediction = mean_squared_error(self.synthetic_input, h)
+        self._check_not_updated("forward(x)")
+        loss, dprediction = mean_squared_error(synthetic_input, h)
         self._regression_step(dprediction, alpha)
         return loss
 

@@ -41,6 +41,8 @@ class ConditionedConv2d(Module):
     ``parameters`` and ``gradients`` are keyed ``'conv.<name>'`` and ``'condition.<name>'``.
     """
 
+    backward_needs = ("output", "input_shape")
+
     def __init__(self, in_channels: int, condition_channels: int, out_channels: int, kernel_size: int, *,
                  stride: int = 1, padding: int = 0, bias: bool = True, init: str = "he", bias_init: str = "zeros",
                  update_rule: Any = None, seed: argument_checks.Seed = None, rng: np.random.Generator | None = None,
@@ -95,15 +97,14 @@ class ConditionedConv2d(Module):
 
         The linear map's output is added at every position, so its gradient is dz summed over the map.
         """
-        if self.output is None or self.input_shape is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
-        argument_checks.check_same_shape(output_delta, "output_delta", self.output, "the last output")
+        output, input_shape = self.forward_cache()  # the children refuse a step taken since: their own caches
+        argument_checks.check_same_shape(output_delta, "output_delta", output, "the last output")
         input_delta = argument_checks.check_bool(input_delta, "input_delta")
         dh = self.conv.backward(output_delta, input_delta=input_delta)
         dc = self.condition.backward(output_delta.sum(axis=(2, 3)), input_delta=input_delta)
         if dh is None or dc is None:
             return None
-        batch, _, height, width = self.input_shape
+        batch, _, height, width = input_shape
         dc_maps = np.broadcast_to(dc[:, :, None, None] / (height * width), (batch, dc.shape[1], height, width))
         return np.concatenate([dh, dc_maps], axis=1)
 

@@ -31,6 +31,8 @@ class Dropout(NothingToLearn):
     m / (1 - p) (None in evaluation mode); ``masks_drawn``, a 0-d int64 array.
     """
 
+    backward_needs = ("output",)
+
     def __init__(self, p: float = 0.5, *, seed: argument_checks.Seed = None, rng: np.random.Generator | None = None
                  ) -> None:
         self.p = argument_checks.check_number(p, "p", at_least=0, below=1, example="0.5")
@@ -73,9 +75,8 @@ class Dropout(NothingToLearn):
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """dL/dx = dL/dh m / (1 - p), through the last forward's mask (dL/dh itself in evaluation mode)."""
-        if self.output is None:
-            raise ValueError("backward() needs a forward pass first; call forward(x)")
-        argument_checks.check_same_shape(output_delta, "output_delta", self.output, "the last output")
+        [output] = self.forward_cache()
+        argument_checks.check_same_shape(output_delta, "output_delta", output, "the last output")
         if not argument_checks.check_bool(input_delta, "input_delta"):
             return None
         return output_delta if self.mask is None else output_delta * self.mask
