@@ -19,6 +19,7 @@ not on the pages.
 
 import argparse
 import json
+import math
 import pathlib
 import re
 import statistics
@@ -501,8 +502,8 @@ def side_by_side(example: str) -> str:
     peer_folder, sgrad_folder, names = PEER_EXAMPLES[example]
     peer, ours = peer_records(peer_folder), paper_seed_runs(sgrad_folder)
     lines = ["| method | the peer, seeds | the peer | `sgrad paper`, seeds | `sgrad paper` | difference "
-             f"| within {WITHIN:g} points | difference, mean of the last {LAST} tests |",
-             "|---|---|---:|---|---:|---:|---|---:|"]
+             f"| its standard error | within {WITHIN:g} points | difference, mean of the last {LAST} tests |",
+             "|---|---|---:|---|---:|---:|---:|---|---:|"]
     variants = [(paper_seed_runs(folder), change) for folder, change in VARIANTS.get(example, [])]
     for method, name in names.items():
         for runs, label in [(ours, name)] + [(v, f"{name}, {change}") for v, change in variants if method in v]:
@@ -517,14 +518,22 @@ def only(runs: dict[int, dict], seeds: tuple[int, ...]) -> dict[int, dict]:
 
 
 def side_by_side_row(label: str, peer: dict[int, dict], ours: dict[int, dict]) -> str:
-    """A method's row: each side's seeds and final test accuracy, the difference of the means and the target."""
+    """A method's row: each side's seeds and final test accuracy, the difference of the means and the target.
+
+    The difference's standard error is the seeds' spread on each side, sqrt(s_peer² / n_peer + s_sgrad² / n_sgrad)
+    with each side's sample standard deviation s over its n seeds: how far apart two means of so few seeds fall
+    by the seeds alone.
+    """
     theirs = [peer[s]["test_accuracy"] for s in sorted(peer)]
     mine = [final(ours[s]) for s in sorted(ours)]
     difference = 100 * (statistics.mean(mine) - statistics.mean(theirs))
+    error = (100 * math.sqrt(statistics.variance(theirs) / len(theirs) + statistics.variance(mine) / len(mine))
+             if min(len(theirs), len(mine)) > 1 else None)
     late = 100 * (statistics.mean(a for h in ours.values() for a in h["test_accuracy"][-LAST:])
                   - statistics.mean(t["test_accuracy"] for r in peer.values() for t in r["tests"][-LAST:]))
     return row(label, ", ".join(map(str, sorted(peer))), seeds_text(theirs), ", ".join(map(str, sorted(ours))),
-               seeds_text(mine), signed(difference), "met" if abs(difference) <= WITHIN else "missed", signed(late))
+               seeds_text(mine), signed(difference), "" if error is None else f"{error:.2f}",
+               "met" if abs(difference) <= WITHIN else "missed", signed(late))
 
 
 @table("complete-unlock-cnn")
