@@ -586,7 +586,7 @@ def complete_unlock_wall_clock(_: str) -> str:
              f"{backprop['iteration'][-1]:,} steps | × locked backprop's | test accuracy at {backprop['iteration'][-1]:,} "
              f"steps | test accuracy when locked backprop finished ({backprop['wall_time']:.1f} s) |",
              "|---|---:|---:|---:|---:|"]
-    for schedule in ("backprop", "dni", "complete"):
+    for schedule in [s for s in ("backprop", "dni", "cdni", "complete", "ccomplete") if s in runs]:
         history = runs[schedule]
         by_then = [a for a, t in zip(history["test_accuracy"], history["evaluation_time"]) if t <= backprop["wall_time"]]
         lines.append(row(schedule, f"{history['wall_time']:.1f} s", f"{history['wall_time'] / backprop['wall_time']:.2f}×",

@@ -122,7 +122,7 @@ class Sequential(Module):
         for module in self.modules:
             if module.parameters:
                 module.update(alpha)
-        self._stale = True
+        self.mark_stepped()
 
     def __repr__(self) -> str:
         return "Sequential([" + ", ".join(map(repr, self.modules)) + "])"

@@ -14,9 +14,9 @@ The plain step is the loop a student writes from the blog post::
 
 :func:`sgd_step` does the same arithmetic on the same layers and leaves them as that loop does, faster: it checks
 its arguments once instead of once per call, computes ReLU and its derivative in place, sums the bias
-gradients in the BLAS, then lets each layer's own ``update`` step.  ``tests/test_fast_mlp_step.py`` checks it
-against the loop above; ``benchmarks/layer_step.py`` times both against PyTorch.  Read :mod:`sgrad.nn.layers` and
-:mod:`sgrad.nn.kernels` for the maths.
+gradients in the BLAS, and takes each layer's SGD step as one product added to its weights.
+``tests/test_fast_mlp_step.py`` checks it against the loop above; ``benchmarks/layer_step.py`` times both
+against PyTorch.  Read :mod:`sgrad.nn.layers` and :mod:`sgrad.nn.kernels` for the maths.
 """
 
 from collections.abc import Sequence
@@ -68,7 +68,10 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     delta[rows, labels] -= 1
     delta *= 1.0 / batch
 
-    # Backward: dz = dh ⊙ f'(h), then dW = hᵀ dz, db = 1ᵀ dz, dh_below = dz Wᵀ (not for the bottom layer).
+    # Backward: dz = dh ⊙ f'(h), dh_below = dz Wᵀ (not for the bottom layer), with the weights before the step;
+    # then SGD, W -= alpha hᵀ dz and b -= alpha 1ᵀ dz, taken as W += hᵀ (-alpha dz): scaling the batch-sized dz
+    # instead of the weight-sized gradient leaves one product added in place.
+    minus_alpha = x.dtype.type(-alpha)
     for k in range(len(layers) - 1, -1, -1):
         layer = layers[k]
         if layer.nonlin is relu:
@@ -76,14 +79,14 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
         elif layer.nonlin is not identity:
             delta *= layer.nonlin_deriv(outputs[k])
         layer.weight_output_delta = delta
-        layer.weights_grad = inputs[k].T @ delta
-        layer.bias_grad = ones @ delta if layer.bias is not None else None
-        if k:
-            delta = delta @ layer.weights.T
-
-    # SGD, each layer's own update, once every delta has passed down through the weights before the step.
-    for layer in layers:
-        layer.update(alpha)
+        below = delta @ layer.weights.T if k else None
+        scaled = delta * minus_alpha
+        layer.weights += inputs[k].T @ scaled
+        if layer.bias is not None:
+            layer.bias += ones @ scaled
+        layer.weights_grad = layer.bias_grad = None
+        layer.mark_stepped()
+        delta = below
     return loss
 
 

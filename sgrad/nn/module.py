@@ -100,6 +100,11 @@ class Module:
                              f"call {call} again first")
         return cache
 
+    def mark_stepped(self) -> None:
+        """Note that the parameters have moved since the last forward pass: :meth:`forward_cache` refuses until the
+        next one.  Every ``update`` ends with it."""
+        self._stale = True
+
     def train(self, mode: bool = True) -> "Module":
         """Set training mode (``mode=True``) or evaluation mode on this module and everything inside it."""
         for _, module in self.submodules():
@@ -163,7 +168,7 @@ class OwnParameters(Module):
         for (name, param), gradient in zip(params.items(), gradients):
             step_in_place(self.update_rule, param, gradient, self.update_state[name], alpha)
             setattr(self, name + "_grad", None)
-        self._stale = True
+        self.mark_stepped()
 
 
 class WeightsAndBias(OwnParameters):
