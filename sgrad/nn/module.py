@@ -92,13 +92,16 @@ class Module:
         :attr:`backward_needs` is still None), and once ``update()`` has moved the parameters that the last
         forward pass used.  ``call`` is the forward pass to run (again) first.
         """
-        cache = tuple(getattr(self, name) for name in self.backward_needs)
-        if any(value is None for value in cache):
-            raise ValueError(f"{method} needs a forward pass first; call {call} first")
+        cache = []
+        for name in self.backward_needs:  # a plain loop: this runs at every backward pass of every module
+            value = getattr(self, name)
+            if value is None:
+                raise ValueError(f"{method} needs a forward pass first; call {call} first")
+            cache.append(value)
         if self._stale:
             raise ValueError(f"{method} after update(): the last forward pass used the old weights; "
                              f"call {call} again first")
-        return cache
+        return tuple(cache)
 
     def mark_stepped(self) -> None:
         """Note that the parameters have moved since the last forward pass: :meth:`forward_cache` refuses until the
@@ -238,7 +241,10 @@ def step_in_place(rule: Any, param: np.ndarray, gradient: np.ndarray, state: dic
     """
     journal = _journal.get()
     if journal is not None:
-        journal.extend((array, array.copy()) for array in (param, *state.values()) if isinstance(array, np.ndarray))
+        journal.append((param, param.copy()))
+        for array in state.values():
+            if isinstance(array, np.ndarray):
+                journal.append((array, array.copy()))
     rule.step(param, gradient, state, alpha)
 
 
