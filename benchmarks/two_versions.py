@@ -3,8 +3,9 @@
     git worktree add /tmp/before <older commit>
     python benchmarks/two_versions.py --before /tmp/before --after . --rounds 2
 
-For a change that should move nothing (a restructuring): each workload runs for the older version, then for the
-newer one, in every round, so that a busy stretch of a shared machine hits both sides of a round's ratio.  Each
+For a change that should move nothing (a restructuring): each workload runs for both versions in every round,
+the older one first in odd rounds and the newer one first in even rounds, so that a busy stretch of a shared
+machine hits both sides of a round's ratio, and going first or second favours neither.  Each
 version runs from its folder (``PYTHONPATH=<folder>``, ``OPENBLAS_NUM_THREADS=1``), in a fresh temporary folder:
 
 - ``compare``: ``sgrad compare --out out --checkpoint-every 0``, the README's main job;
@@ -154,7 +155,7 @@ def main(argv=None):
     differ = {}     # workload -> the largest difference between the versions' figures, over the rounds
     for round_ in range(1, args.rounds + 1):
         for workload in workloads:
-            for side in sides:
+            for side in (sides if round_ % 2 else sides[::-1]):
                 source = getattr(args, side)
                 with tempfile.TemporaryDirectory() as name:
                     folder = pathlib.Path(name)
