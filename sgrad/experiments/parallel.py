@@ -234,9 +234,10 @@ def write_results(results: Mapping[Run, ParallelRun], out_dir: str | os.PathLike
          "stale_targets": r.stale_targets} for (s, k), r in results.items()]}))
     most = max(k for _, k in results)
     recorded = {f"{s}, {k} workers": r.timeline for (s, k), r in results.items() if k == most and r.timeline}
-    # Locked backprop against DNI and the complete unlock, those of them that were run; else what was.
+    # Locked backprop against DNI and the complete unlock, conditioned or not, those of them that were run; else
+    # what was.
     panels = {title: events for title, events in recorded.items()
-              if title.split(",")[0] in ("backprop", "dni", "complete")} or recorded
+              if title.split(",")[0] in ("backprop", "dni", "complete", "ccomplete")} or recorded
     if panels:
         plot_timeline(panels, out / "timeline.png")
     plot_accuracy_against_time({f"{s}, {k} workers": r.history for (s, k), r in results.items()},
