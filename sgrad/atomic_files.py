@@ -23,20 +23,24 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[IO[bytes]], Any]
     failed write removes its temporary file; one that a killed process left
     (``.<name>.<8 random characters>.tmp``) is removed by the next call for
     the same ``path``, so only one process should write a given path at a time.
+    Ctrl-C and SIGTERM that come during the write are held until the file is in
+    place, so that an interrupted run keeps its newest file, and no library
+    is stopped half-way through an object (NumPy's ``savez`` leaves a
+    half-built ``ZipFile`` that complains on stderr when collected).
     Makes the folder if needed; returns the path.
     """
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(path)
     tmp = None
-    try:  # an interrupt (Ctrl-C, or SIGTERM through sgrad's handler) may land between any two lines
-        with _interrupts_held():  # but not between the temporary file's making and its name's keeping
+    try:
+        with _interrupts_held():
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
+            with os.fdopen(fd, "wb") as file:
+                write(file)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(tmp, path)
     except BaseException:
         if tmp is not None and os.path.exists(tmp):  # gone once the rename is done
             os.unlink(tmp)

@@ -2,7 +2,10 @@
 
 import json
 import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from sgrad import atomic_files
@@ -62,3 +65,28 @@ def test_one_writer_refuses_a_second_holder_naming_the_first_and_lets_go_when_do
                                    "it to end, or give this run another folder")
     with results_folder.one_writer(out):  # let go: the next run takes the folder
         assert (out / results_folder.LOCK_FILE).read_text() == f"{os.getpid()}\n"
+
+
+def test_ctrl_c_during_an_atomic_write_comes_once_the_new_file_is_in_place(tmp_path):
+    """In a process of its own, with Python's own Ctrl-C handler: the write's callback signals its own process half-way,
+    and the KeyboardInterrupt comes after the rename, with nothing on stderr but its traceback."""
+    path = tmp_path / "checkpoint.npz"
+    code = f"""
+import os, signal, numpy as np
+from sgrad import atomic_files
+signal.signal(signal.SIGINT, signal.default_int_handler)
+path = {str(path)!r}
+atomic_files.atomic_write(path, lambda file: np.savez(file, weights=np.zeros(3)))
+def interrupted(file):
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, delivered at once unless held
+    np.savez(file, weights=np.ones(3))
+try:
+    atomic_files.atomic_write(path, interrupted)
+except KeyboardInterrupt:
+    print("interrupted after the write")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "interrupted after the write\n" and result.stderr == ""
+    np.testing.assert_array_equal(np.load(path)["weights"], np.ones(3))
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]
