@@ -526,3 +526,27 @@ def test_the_peer_adapter_combines_saved_runs_into_one_figure_a_panel_per_run(tm
     runs = bp_lambda_peer.combine(folders, tmp_path / "again.png")
     assert [list(run) for run in runs] == [["peer (no synthetic gradients)", "sgrad (truncated BPTT, T = 1)"]] * 2
     assert runs[0]["sgrad (truncated BPTT, T = 1)"]["last_step"] == 3
+
+
+def test_two_versions_of_the_same_checkout_give_the_same_figures_and_a_record_of_each_round(tmp_path):
+    script = pathlib.Path(performance.__file__).with_name("two_versions.py")
+    root = pathlib.Path(performance.__file__).resolve().parents[1]
+    out = tmp_path / "record.json"
+    result = subprocess.run([sys.executable, str(script), "--before", str(root), "--after", str(root), "--rounds", "2",
+                             "--workloads", "blog,rnn", "--blog-iterations", "2", "--rnn-args",
+                             "--tasks copy --methods dni --windows 2 --seeds 0 --steps 20 --eval-every 10",
+                             "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["workload"] for row in rows] == ["blog", "rnn"]
+    assert all(len(row["before"]) == len(row["after"]) == 2 and row["largest_difference"] == 0 for row in rows)
+    assert "| blog | " in result.stdout and "| rnn | " in result.stdout
+
+
+def test_two_versions_finds_the_largest_difference_and_leaves_out_a_setting_only_one_record_has():
+    two_versions = pytest.importorskip("two_versions")
+    older = {"config": {"alpha": 0.1}, "cells": [{"test_accuracy": [0.5, 0.75], "wall_time": 3.0}]}
+    newer = {"config": {"alpha": 0.1, "added": "x"}, "cells": [{"test_accuracy": [0.5, 0.7501], "wall_time": 9.0}]}
+    assert two_versions.largest_difference(two_versions.without_wall_times(older),
+                                           two_versions.without_wall_times(newer)) == pytest.approx(1e-4)
+    assert two_versions.largest_difference({"cells": [1, 2]}, {"cells": [1]}) == float("inf")
