@@ -19,7 +19,8 @@ Threads: a child process per thread count and side (``OPENBLAS_NUM_THREADS`` is 
 ``torch.set_num_threads`` gets the same number), so that neither side's idle threads, which spin for a while
 after each call, take a core from the other's.  The parent drives the children round by round, one after
 the other with a pause between turns for those threads to go to sleep, so a slow stretch of a shared
-machine hits every candidate alike.  Each ratio is the median over
+machine hits every candidate alike; in each round every candidate takes one untimed step before its timed
+ones, so that none is timed from the cold caches a pause leaves.  Each ratio is the median over
 rounds of the ratio within a round.
 
 Run:  python benchmarks/layer_step.py [--threads 1 2] [--rounds 15] [--out docs/performance/layer_step.json]
@@ -129,6 +130,7 @@ def child(threads, side):
         count = int(line)
         times = {}
         for name, step in steps.items():
+            step()  # untimed: a round starts after a pause, with cold caches, and each candidate starts alike
             start = time.perf_counter()
             for _ in range(count):
                 step()
