@@ -31,6 +31,7 @@ import sys
 import tempfile
 import time
 
+from compare_wall_time import BLAS_THREADS
 from compare_wall_time import run as run_compare
 from machine import describe, write_record
 
@@ -69,7 +70,8 @@ print(json.dumps({"seconds": time.perf_counter() - start, "figures": errors}))
 
 
 def environment(source):
-    env = {name: value for name, value in os.environ.items() if name not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    """This environment for the sgrad in ``source``, with one BLAS thread whatever the caller's settings say."""
+    env = {name: value for name, value in os.environ.items() if name not in BLAS_THREADS}
     env.update(PYTHONPATH=str(pathlib.Path(source).resolve()), OPENBLAS_NUM_THREADS="1")
     return env
 
