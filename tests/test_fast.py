@@ -9,7 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import (dtypes, long_batches, seeds, widths)
 
-from sgrad.nn import fast_kernels, kernels
+from sgrad.nn import fast_kernels, fast_small_maps, kernels
 
 # --- batchnorm_backward: kernels.batchnorm_backward in place --------------------------------------
 
@@ -73,6 +73,33 @@ def test_batchnorm_forward_is_the_plain_kernels(dtype, batch, features, seed):
     np.testing.assert_array_equal(x, before, err_msg="batchnorm_forward changed its input")
 
 
+@given(dtype=dtypes, rows=st.integers(1, 64).map(lambda k: 1024 * k + 8 * (k % 5)), features=st.integers(1, 40),
+       seed=seeds)
+def test_batchnorm_over_many_rows_of_few_features_is_the_plain_kernels(dtype, rows, features, seed):
+    """Batch norm over maps: many rows (one per pixel) of a few channels, which the fast kernels read r rows at a
+    time; forward and backward against the plain kernels."""
+    rng = np.random.default_rng(seed)
+    x = (rng.uniform(-2.0, 2.0, features) + rng.standard_normal((rows, features))).astype(dtype)
+    gamma, beta = rng.standard_normal(features).astype(dtype), rng.standard_normal(features).astype(dtype)
+    dout = rng.standard_normal((rows, features)).astype(dtype)
+
+    mine = fast_kernels.batchnorm_forward(x, gamma, beta, 1e-5)
+    plain = kernels.batchnorm_forward(x, gamma, beta, 1e-5)
+    mine_back = fast_kernels.batchnorm_backward(dout, mine[1], mine[2], gamma)
+    plain_back = kernels.batchnorm_backward(dout, plain[1], plain[2], gamma)
+
+    # Sums of `rows` numbers in another order: rounding of rows * eps times the size of what is summed.
+    tolerance = 8 * rows * np.finfo(dtype).eps
+    scale = float(np.max(np.abs(gamma)) + np.max(np.abs(beta)) + 1) * float(np.max(np.abs(x)) + 1)
+    for name, ours, theirs in [("out", mine[0], plain[0]), ("x_hat", mine[1], plain[1]), ("mean", mine[3], plain[3]),
+                               ("var", mine[4], plain[4]), ("dx", mine_back[0], plain_back[0]),
+                               ("dgamma", mine_back[1], plain_back[1]), ("dbeta", mine_back[2], plain_back[2])]:
+        assert ours.dtype == dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
+        size = scale * (float(np.sum(np.abs(dout))) if name in ("dgamma", "dbeta") else 1.0)
+        difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+        assert difference <= tolerance * size, f"{name}: fast and plain differ by {difference:.2g}"
+
+
 # --- maxpool2d_forward and maxpool2d_backward: kernels' max pooling, offset by offset ------------------
 
 
@@ -122,7 +149,9 @@ def test_conv2d_in_chunks_is_the_plain_kernels(dtype, batch, in_channels, out_ch
     z_plain, columns_plain = kernels.conv2d_forward(x, weights, b, stride, padding)
     z, columns = fast_kernels.conv2d_forward(x, weights, b, stride, padding, whole_bytes=(1 << 30) if whole else 0,
                                              chunk_bytes=chunk_bytes)
-    assert (columns is not None) == whole
+    dense = fast_small_maps.dense_pays(height, width, in_channels, out_channels, (kernel_height, kernel_width),
+                                       z_plain.shape[2:], np.dtype(dtype).itemsize)
+    assert (columns is not None) == (whole and not dense)
     dz = rng.standard_normal(z_plain.shape).astype(dtype)
     plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, stride, padding, bias, input_delta)
     mine = fast_kernels.conv2d_backward(dz, x, columns, weights, stride, padding, bias, input_delta,
@@ -146,3 +175,36 @@ def test_conv2d_in_chunks_is_the_plain_kernels(dtype, batch, in_channels, out_ch
             f"{name}: fast (mine) and plain kernel differ by {difference:.2g}, more than rounding\n"
             f"  fast:  {np.ravel(ours)[:6]}\n  plain: {np.ravel(theirs)[:6]}")
     np.testing.assert_array_equal(x, before, err_msg="the convolution changed its input")
+
+
+@given(dtype=dtypes, batch=st.integers(1, 4), in_channels=st.integers(1, 4), out_channels=st.integers(1, 4),
+       side=st.integers(1, 5), kernel=st.integers(3, 5), stride=st.integers(1, 2), padding=st.integers(0, 2),
+       seed=seeds)
+def test_conv2d_on_maps_as_small_as_the_kernel_is_the_plain_kernels(dtype, batch, in_channels, out_channels, side,
+                                                                   kernel, stride, padding, seed):
+    """The dense form (sgrad.nn.fast_small_maps), taken when the maps have no more pixels than the kernel, as the
+    4x4 maps of the MNIST CNN's interface under 5x5 kernels padded by 2: z, dL/dx, dL/dW and dL/db."""
+    assume(kernel <= side + 2 * padding and side * side <= kernel * kernel)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, in_channels, side, side)).astype(dtype)
+    weights = rng.standard_normal((out_channels, in_channels, kernel, kernel)).astype(dtype)
+    b = rng.standard_normal(out_channels).astype(dtype)
+
+    z_plain, columns_plain = kernels.conv2d_forward(x, weights, b, stride, padding)
+    assert fast_small_maps.dense_pays(side, side, in_channels, out_channels, (kernel, kernel), z_plain.shape[2:],
+                                      np.dtype(dtype).itemsize)
+    z, columns = fast_kernels.conv2d_forward(x, weights, b, stride, padding)
+    dz = rng.standard_normal(z_plain.shape).astype(dtype)
+    plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, stride, padding, True, True)
+    mine = fast_kernels.conv2d_backward(dz, x, columns, weights, stride, padding, True, True)
+
+    eps = np.finfo(dtype).eps
+    sizes = {"z": kernel * kernel * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights)) + np.max(np.abs(b)),
+             "dL/dx": kernel * kernel * out_channels * np.max(np.abs(dz)) * np.max(np.abs(weights)),
+             "dL/dW": dz.size / out_channels * np.max(np.abs(dz)) * np.max(np.abs(x)),
+             "dL/db": dz.size / out_channels * np.max(np.abs(dz))}
+    for (name, size), ours, theirs in zip(sizes.items(), (z, *mine), (z_plain, *plain)):
+        assert ours.dtype == dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
+        difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+        assert difference <= 4 * eps * float(size), (
+            f"{name}: dense (mine) and plain kernel differ by {difference:.2g}, more than rounding")

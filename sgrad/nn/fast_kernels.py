@@ -11,6 +11,8 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from . import fast_small_maps
+
 
 @functools.lru_cache(maxsize=64)
 def _ones(length: int, dtype: np.dtype) -> np.ndarray:
@@ -19,22 +21,72 @@ def _ones(length: int, dtype: np.dtype) -> np.ndarray:
     return ones
 
 
+# Batch norm's statistics are sums down the columns of (batch, features).  With few features, as a conv layer's
+# channels (batch norm over maps runs on one row per pixel), NumPy's loops run along rows of a handful of numbers,
+# and most of their time goes to starting over.  r consecutive rows read as one row of r * features numbers (a
+# reshape, no copy) give loops at least WIDE_ROW long; the r partial sums of each feature are added at the end.
+# Only for arrays of at least WIDE_FROM numbers: below that the loops cost little, and the sums keep the plain
+# order, so that a dense net's numbers (a few thousand per batch norm) stay what they were.
+WIDE_ROW = 256
+WIDE_FROM = 1 << 15
+
+
+@functools.lru_cache(maxsize=256)
+def _rows_per_wide_row(batch: int, features: int) -> int:
+    """r: the largest divisor of ``batch`` with r * features at most about ``WIDE_ROW`` (1 for wide rows already, or
+    fewer than ``WIDE_FROM`` numbers)."""
+    if batch * features < WIDE_FROM:
+        return 1
+    longest = max(1, -(-WIDE_ROW // features))
+    return max(r for r in range(1, min(batch, longest) + 1) if batch % r == 0)
+
+
+def _wide(x: np.ndarray, r: int) -> np.ndarray:
+    """(batch, features) read as (batch / r, r features): r consecutive rows as one."""
+    return x.reshape(x.shape[0] // r, r * x.shape[1])
+
+
+def _per_feature(sums: np.ndarray, r: int) -> np.ndarray:
+    """The column sums of a wide array (r features,) added up per feature: (features,)."""
+    return sums.reshape(r, -1).sum(axis=0)
+
+
+def _column_sums(x: np.ndarray) -> np.ndarray:
+    """The sums down the columns of a contiguous (batch, features), over rows r times as wide."""
+    r = _rows_per_wide_row(*x.shape)
+    wide = _wide(x, r)
+    return _per_feature(_ones(wide.shape[0], x.dtype) @ wide, r)
+
+
+def _add_to_every_row(x: np.ndarray, v: np.ndarray) -> None:
+    """``x += v`` for (batch, features) x, v (features,); over rows r times as wide when x is contiguous."""
+    if not x.flags.c_contiguous:
+        x += v
+        return
+    r = _rows_per_wide_row(*x.shape)
+    wide = _wide(x, r)  # a view of x
+    wide += np.tile(v, r)
+
+
 def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`sgrad.nn.kernels.batchnorm_forward` in three passes over the batch instead of seven.
 
     The column sums run in the BLAS, the variance is a sum of products with no
-    squared copy, and x_hat and the output are each built in one fresh array.
+    squared copy, and x_hat and the output are each built in one fresh array; with few
+    features, over rows r times as wide (``WIDE_ROW``).
     """
-    batch = x.shape[0]
-    mean = (_ones(batch, x.dtype) @ x) / batch
-    x_hat = x - mean
-    var = np.einsum("ij,ij->j", x_hat, x_hat) / batch
+    batch, features = x.shape
+    r = _rows_per_wide_row(batch, features)
+    wide = _wide(x, r)
+    mean = _per_feature(_ones(wide.shape[0], x.dtype) @ wide, r) / batch
+    x_hat = wide - np.tile(mean, r)
+    var = _per_feature(np.einsum("ij,ij->j", x_hat, x_hat), r) / batch
     inv_std = 1.0 / np.sqrt(var + eps)
-    x_hat *= inv_std
-    out = x_hat * gamma
-    out += beta
-    return out, x_hat, inv_std, mean, var
+    x_hat *= np.tile(inv_std, r)
+    out = x_hat * np.tile(gamma, r)
+    out += np.tile(beta, r)
+    return out.reshape(batch, features), x_hat.reshape(batch, features), inv_std, mean, var
 
 
 def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray, gamma: np.ndarray
@@ -42,16 +94,19 @@ def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray,
     """:func:`sgrad.nn.kernels.batchnorm_backward` in one (batch, features) array instead of five.
 
     Since ``mean(dx_hat) = gamma * dbeta / batch`` and ``mean(dx_hat * x_hat) = gamma * dgamma / batch``,
-    ``dx = gamma * inv_std * (dout - dbeta / batch - x_hat * dgamma / batch)``, built in place.
+    ``dx = gamma * inv_std * (dout - dbeta / batch - x_hat * dgamma / batch)``, built in place; with few
+    features, over rows r times as wide, as in :func:`batchnorm_forward`.
     """
-    batch = dout.shape[0]
-    dbeta = _ones(batch, dout.dtype) @ dout
-    dgamma = np.einsum("ij,ij->j", dout, x_hat)  # sum(dout * x_hat), with no product array
-    dx = x_hat * (dgamma / batch)
-    np.subtract(dout, dx, out=dx)
-    dx -= dbeta / batch
-    dx *= gamma * inv_std
-    return dx, dgamma, dbeta
+    batch, features = dout.shape
+    r = _rows_per_wide_row(batch, features)
+    wide_dout, wide_x_hat = _wide(dout, r), _wide(x_hat, r)
+    dbeta = _per_feature(_ones(wide_dout.shape[0], dout.dtype) @ wide_dout, r)
+    dgamma = _per_feature(np.einsum("ij,ij->j", wide_dout, wide_x_hat), r)  # sum(dout * x_hat), no product array
+    dx = wide_x_hat * np.tile(dgamma / batch, r)
+    np.subtract(wide_dout, dx, out=dx)
+    dx -= np.tile(dbeta / batch, r)
+    dx *= np.tile(gamma * inv_std, r)
+    return dx.reshape(batch, features), dgamma, dbeta
 
 
 def _offsets(kernel: tuple[int, int], stride: int, out_height: int, out_width: int):
@@ -128,6 +183,7 @@ WHOLE_BYTES = 16 << 20  # an im2col matrix up to this size is built whole, and k
 # times the plain way's additions: the MNIST CNN's second convolution (twice) gains by it, the peer CNN's (4.5 times)
 # does not.
 FLIPPED_AT_MOST = 3
+TAPS_PIECES = 4  # the plain way's pieces of dL/dX_col, in chunks of CHUNK_BYTES (see _input_delta)
 
 
 def _chunks(batch: int, bytes_per_example: int, chunk_bytes: int) -> list[slice]:
@@ -167,6 +223,31 @@ def _correlate_in_chunks(padded: np.ndarray, w_col_t: np.ndarray, kernel: tuple[
     return out
 
 
+def _dense_pays(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], out_shape: tuple[int, int],
+                dtype: np.dtype) -> bool:
+    out_channels, in_channels, kernel_height, kernel_width = weights_shape
+    return fast_small_maps.dense_pays(input_shape[2], input_shape[3], in_channels, out_channels,
+                                      (kernel_height, kernel_width), out_shape, dtype.itemsize)
+
+
+def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: int, padding: int,
+                               out_shape: tuple[int, int]) -> np.ndarray:
+    """X_col (batch H_out W_out, k_h k_w in_channels) of x whose memory is channels-first, built transposed.
+
+    The windows of a channels-first array are copied number by number; read offset by offset instead, the pixels
+    at offset (i, j) of every channel and example are one block of runs of W_out numbers, the row (i, j, c) of
+    X_colᵀ.  Returns the transpose of that (k_h k_w in_channels, batch H_out W_out) array, a view.
+    """
+    out_height, out_width = out_shape
+    if padding:
+        x = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    by_channel = x.transpose(1, 0, 2, 3)  # (in_channels, batch, H', W')
+    columns_t = np.empty((*kernel, *by_channel.shape[:2], out_height, out_width), dtype=x.dtype)
+    for (i, j), _ in _offsets(kernel, stride, out_height, out_width):
+        columns_t[i, j] = by_channel[:, :, i:i + stride * out_height:stride, j:j + stride * out_width:stride]
+    return columns_t.reshape(-1, x.shape[0] * out_height * out_width).T
+
+
 def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, stride: int, padding: int, *,
                    whole_bytes: int = WHOLE_BYTES, chunk_bytes: int = CHUNK_BYTES
                    ) -> tuple[np.ndarray, np.ndarray | None]:
@@ -176,20 +257,25 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     returned for the backward pass.  Larger, it is built ``chunk_bytes`` at a time into one reused piece of
     memory, each piece multiplied while it is still in the cache, and None is returned:
     :func:`conv2d_backward` builds the pieces again (twice the copying, but in the cache, and cheaper than one
-    pass through main memory).  z is (batch, out_channels, H_out, W_out), channels-last in memory.
+    pass through main memory).  On maps not much larger than the kernel, no X_col at all: see
+    :mod:`sgrad.nn.fast_small_maps`.  z is (batch, out_channels, H_out, W_out), channels-last in memory.
     """
     kernel = weights.shape[2:]
-    padded = _padded(x, padding)
+    out_shape = ((x.shape[2] + 2 * padding - kernel[0]) // stride + 1, (x.shape[3] + 2 * padding - kernel[1]) // stride + 1)
     w_col_t = weights.transpose(2, 3, 1, 0).reshape(-1, weights.shape[0])  # W_colᵀ: (k_h k_w in_channels, out_channels)
-    windows = _windows(padded, kernel, stride)
     columns = None
-    if windows.size * x.dtype.itemsize <= whole_bytes:
-        columns = windows.reshape(-1, w_col_t.shape[0])  # the im2col copy
-        z = (columns @ w_col_t).reshape(*windows.shape[:3], -1)
+    if _dense_pays(x.shape, weights.shape, out_shape, x.dtype):
+        z = fast_small_maps.conv2d_forward(x, weights, stride, padding, out_shape)
+    elif x.shape[0] * out_shape[0] * out_shape[1] * w_col_t.size // w_col_t.shape[1] * x.dtype.itemsize <= whole_bytes:
+        if x.flags.c_contiguous:  # channels-first in memory, as images come from the data (one channel: either way)
+            columns = _columns_of_channels_first(x, kernel, stride, padding, out_shape)
+        else:
+            columns = _windows(_padded(x, padding), kernel, stride).reshape(-1, w_col_t.shape[0])  # the im2col copy
+        z = (columns @ w_col_t).reshape(x.shape[0], *out_shape, -1)
     else:
-        z = _correlate_in_chunks(padded, w_col_t, kernel, stride, chunk_bytes)
+        z = _correlate_in_chunks(_padded(x, padding), w_col_t, kernel, stride, chunk_bytes)
     if bias is not None:
-        z += bias
+        _add_to_every_row(z.reshape(-1, z.shape[-1]), bias)
     return z.transpose(0, 3, 1, 2), columns
 
 
@@ -205,7 +291,10 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     out_channels, _, kernel_height, kernel_width = weights.shape
     rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
     flat_rows = rows.reshape(-1, out_channels)             # dz came channels-last, as this module's outputs do
-    d_bias = flat_rows.sum(axis=0) if with_bias else None
+    d_bias = _column_sums(flat_rows) if with_bias else None
+    if _dense_pays(x.shape, weights.shape, rows.shape[1:3], x.dtype):
+        dx, d_weights = fast_small_maps.conv2d_backward(rows, x, weights, stride, padding, input_delta)
+        return dx, d_weights, d_bias
     # dL/dW_colᵀ = X_colᵀ dZ, (k_h k_w in_channels, out_channels): the same products as dZᵀ X_col, which the BLAS
     # runs faster this way round
     if columns is not None:
@@ -237,7 +326,9 @@ def _input_delta(rows: np.ndarray, input_shape: tuple[int, ...], weights: np.nda
     with dz padded by k - 1 - p, run as the forward pass runs, a few examples at a time.  That copies
     H W out_channels numbers per kernel offset where the plain way adds H_out W_out in_channels, so it pays only
     while the first is at most ``FLIPPED_AT_MOST`` times the second.  Otherwise (a larger stride or padding, or
-    fewer input channels than that) the plain kernel's way, a few examples at a time.
+    fewer input channels than that) the plain kernel's sums, a few examples at a time, with dL/dX_col's columns
+    taken offset by offset: dZ W[:, :, i, j] for every (i, j) in one stacked product, each added where its
+    windows read.
     """
     batch, in_channels, height, width = input_shape
     out_channels, _, kernel_height, kernel_width = weights.shape
@@ -249,15 +340,18 @@ def _input_delta(rows: np.ndarray, input_shape: tuple[int, ...], weights: np.nda
         flipped_t = weights[:, :, ::-1, ::-1].transpose(2, 3, 0, 1).reshape(-1, in_channels)  # (k_h k_w out, in)
         dx = _correlate_in_chunks(padded, flipped_t, (kernel_height, kernel_width), 1, chunk_bytes)
         return dx.transpose(0, 3, 1, 2)
-    w_col = weights.transpose(0, 2, 3, 1).reshape(out_channels, -1)
+    # dL/dX_col offset by offset: for each (i, j), dZ W[:, :, i, j] (rows, in_channels), all in one stacked product,
+    # so that each addition reads a contiguous block and writes runs of W_out in_channels numbers
+    w_taps = weights.transpose(2, 3, 0, 1).reshape(kernel_height * kernel_width, out_channels, in_channels)
     d_padded = np.zeros((batch, height + 2 * padding, width + 2 * padding, in_channels), dtype=rows.dtype)
-    chunks = _chunks(batch, out_height * out_width * w_col.shape[1] * rows.dtype.itemsize, chunk_bytes)
-    piece = np.empty((chunks[0].stop * out_height * out_width, w_col.shape[1]), dtype=rows.dtype)
+    # Each piece is added out right after its product, once: pieces of TAPS_PIECES chunks (in the last-level cache)
+    # take a quarter of the calls of pieces that fit in L2
+    chunks = _chunks(batch, out_height * out_width * w_taps.shape[0] * in_channels * rows.dtype.itemsize,
+                     TAPS_PIECES * chunk_bytes)
     for chunk in chunks:
-        chunk_rows = rows[chunk].reshape(-1, out_channels)
-        d_windows = np.matmul(chunk_rows, w_col, out=piece[:len(chunk_rows)]).reshape(
-            -1, out_height, out_width, kernel_height, kernel_width, in_channels)
+        chunk_rows = rows[chunk]
+        d_taps = np.matmul(chunk_rows.reshape(-1, out_channels), w_taps)  # (k_h k_w, rows, in_channels)
         d_chunk = d_padded[chunk]
         for (i, j), index in _offsets((kernel_height, kernel_width), stride, out_height, out_width):
-            d_chunk[index] += d_windows[:, :, :, i, j]
+            d_chunk[index] += d_taps[i * kernel_width + j].reshape(chunk_rows.shape[:3] + (in_channels,))
     return d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2)
