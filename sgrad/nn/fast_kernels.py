@@ -48,7 +48,16 @@ def _wide(x: np.ndarray, r: int) -> np.ndarray:
 
 def _per_feature(sums: np.ndarray, r: int) -> np.ndarray:
     """The column sums of a wide array (r features,) added up per feature: (features,)."""
-    return sums.reshape(r, -1).sum(axis=0)
+    return sums if r == 1 else sums.reshape(r, -1).sum(axis=0)
+
+
+def _spread(v: np.ndarray, r: int) -> np.ndarray:
+    """(features,) v as a wide row: r copies of it end to end (v itself when r is 1)."""
+    if r == 1:
+        return v
+    row = np.empty((r, v.shape[0]), dtype=v.dtype)
+    row[...] = v
+    return row.reshape(-1)
 
 
 def _column_sums(x: np.ndarray) -> np.ndarray:
@@ -65,7 +74,7 @@ def _add_to_every_row(x: np.ndarray, v: np.ndarray) -> None:
         return
     r = _rows_per_wide_row(*x.shape)
     wide = _wide(x, r)  # a view of x
-    wide += np.tile(v, r)
+    wide += _spread(v, r)
 
 
 def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
@@ -80,12 +89,12 @@ def batchnorm_forward(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: f
     r = _rows_per_wide_row(batch, features)
     wide = _wide(x, r)
     mean = _per_feature(_ones(wide.shape[0], x.dtype) @ wide, r) / batch
-    x_hat = wide - np.tile(mean, r)
+    x_hat = wide - _spread(mean, r)
     var = _per_feature(np.einsum("ij,ij->j", x_hat, x_hat), r) / batch
     inv_std = 1.0 / np.sqrt(var + eps)
-    x_hat *= np.tile(inv_std, r)
-    out = x_hat * np.tile(gamma, r)
-    out += np.tile(beta, r)
+    x_hat *= _spread(inv_std, r)
+    out = x_hat * _spread(gamma, r)
+    out += _spread(beta, r)
     return out.reshape(batch, features), x_hat.reshape(batch, features), inv_std, mean, var
 
 
@@ -102,10 +111,10 @@ def batchnorm_backward(dout: np.ndarray, x_hat: np.ndarray, inv_std: np.ndarray,
     wide_dout, wide_x_hat = _wide(dout, r), _wide(x_hat, r)
     dbeta = _per_feature(_ones(wide_dout.shape[0], dout.dtype) @ wide_dout, r)
     dgamma = _per_feature(np.einsum("ij,ij->j", wide_dout, wide_x_hat), r)  # sum(dout * x_hat), no product array
-    dx = wide_x_hat * np.tile(dgamma / batch, r)
+    dx = wide_x_hat * _spread(dgamma / batch, r)
     np.subtract(wide_dout, dx, out=dx)
-    dx -= np.tile(dbeta / batch, r)
-    dx *= np.tile(gamma * inv_std, r)
+    dx -= _spread(dbeta / batch, r)
+    dx *= _spread(gamma * inv_std, r)
     return dx.reshape(batch, features), dgamma, dbeta
 
 
