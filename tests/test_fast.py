@@ -9,6 +9,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import (dtypes, long_batches, seeds, widths)
 
+from sgrad import argument_checks
 from sgrad.nn import fast_kernels, fast_small_maps, kernels
 
 # --- batchnorm_backward: kernels.batchnorm_backward in place --------------------------------------
@@ -208,3 +209,22 @@ def test_conv2d_on_maps_as_small_as_the_kernel_is_the_plain_kernels(dtype, batch
         difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
         assert difference <= 4 * eps * float(size), (
             f"{name}: dense (mine) and plain kernel differ by {difference:.2g}, more than rounding")
+
+
+# --- argument_checks.all_finite: np.isfinite(array).all() through a dot product -------------------------------
+
+
+@given(dtype=dtypes, size=st.sampled_from([1, 7, 4096, 5000]), layout=st.sampled_from(["rows", "maps", "slice"]),
+       bad=st.sampled_from([None, np.nan, np.inf, -np.inf, "huge"]), seed=seeds)
+def test_all_finite_is_isfinite_all(dtype, size, layout, bad, seed):
+    """NaN, inf, -inf, or finite numbers whose squares overflow, anywhere, in rows, channels-last maps and a
+    strided slice: the same answer as the plain test."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(size).astype(dtype)
+    if bad is not None:
+        x[rng.integers(size)] = np.finfo(dtype).max / 2 if bad == "huge" else bad
+    if layout == "maps":
+        x = np.repeat(x, 4).reshape(size, 2, 2, 1).transpose(0, 3, 1, 2)  # channels-last memory
+    elif layout == "slice":
+        x = np.repeat(x, 2)[::2]
+    assert argument_checks.all_finite(x) == bool(np.isfinite(x).all())
