@@ -641,7 +641,7 @@ def curves(args):
         for runs, colour, name in sides:
             for n, (seed, (steps, scores)) in enumerate(sorted(runs.get(method, {}).items())):
                 ax.plot(steps, 100 * np.array(scores), "o-", color=colour, markersize=3, linewidth=1,
-                        alpha=0.5 + 0.25 * (n % 3), label=f"{name}, seed {seed}")
+                        alpha=0.5 + 0.25 * (n % 3), label=f"{name}, a line per seed")
         ax.set_title(method, fontsize=10, loc="left")
         ax.set_xlabel("steps (batches of 64)")
         ax.grid(alpha=0.3)
@@ -651,7 +651,7 @@ def curves(args):
         for handle, label in zip(*ax.get_legend_handles_labels()):
             labelled.setdefault(label, handle)
     fig.legend(labelled.values(), labelled.keys(), fontsize=7, loc="lower center", ncol=len(sides), frameon=False)
-    fig.tight_layout(rect=(0, 0.03 + 0.04 * max(len(runs.get(m, {})) for runs, _, _ in sides for m in methods), 1, 1))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     fig.savefig(args.out, dpi=110)
     plt.close(fig)
     print(f"wrote {args.out}")
