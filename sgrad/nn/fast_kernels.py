@@ -3,7 +3,8 @@
 Read :mod:`sgrad.nn.kernels` for the maths.  Every function here names the plain
 formula it replaces, and ``tests/test_fast.py`` checks the two against each
 other.  A trick stays here only while it pays in ``benchmarks/performance.py`` (the convolution's and the
-pooling's: in ``benchmarks/cnn_step.py``).
+pooling's: in ``benchmarks/cnn_step.py``; those for few channels and small maps, in the MNIST CNN of
+koz4k/dni-pytorch that ``benchmarks/dni_pytorch_peer.py time --example cnn`` times).
 """
 
 import functools
