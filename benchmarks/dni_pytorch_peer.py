@@ -639,7 +639,7 @@ def curves(args):
     fig, axes = plt.subplots(1, len(methods), figsize=(4 * len(methods), 4.0), squeeze=False)
     for ax, method in zip(axes[0], methods):
         for runs, colour, name in sides:
-            for n, (seed, (steps, scores)) in enumerate(sorted(runs.get(method, {}).items())):
+            for n, (_, (steps, scores)) in enumerate(sorted(runs.get(method, {}).items())):
                 ax.plot(steps, 100 * np.array(scores), "o-", color=colour, markersize=3, linewidth=1,
                         alpha=0.5 + 0.25 * (n % 3), label=f"{name}, a line per seed")
         ax.set_title(method, fontsize=10, loc="left")

@@ -347,6 +347,34 @@ def parallel_forward_unlock_simulator(_: str) -> str:
     return "\n".join(lines)
 
 
+@table("parallel-forward-unlock-steps")
+def parallel_forward_unlock_steps(_: str) -> str:
+    """Each schedule's rerun with every step's events (``benchmarks/parallel_steps.py``), worker by worker."""
+    simulated = {run["schedule"]: run for run in read_json("docs/parallel/forward-unlock/simulator.json")["runs"]}
+    lines = ["| schedule | worker | median step | mean step | computing | waiting | between events | slow steps "
+             "(after an evaluation) | what the slow steps add | the simulator's step |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    notes = []
+    for schedule in ("backprop", "dni", "complete", "ccomplete"):
+        record = read_json(f"docs/parallel/forward-unlock/steps-{schedule}.json")
+        batch = record["config"]["batch_size"]
+        for worker in record["per_worker"]:
+            events = worker["events_ms"]
+            computing = sum(ms for kind, ms in events.items() if kind != "wait")
+            lines.append(row(schedule, worker["worker"], f"{worker['median_ms']:.2f} ms", f"{worker['mean_ms']:.2f} ms",
+                             f"{computing:.2f} ms", f"{events.get('wait', 0.0):.2f} ms",
+                             f"{worker['between_events_ms']:.2f} ms",
+                             f"{worker['slow_steps']} ({worker['slow_after_evaluations']})",
+                             f"{worker['slow_excess_ms']:.2f} ms",
+                             f"{1e3 * batch / simulated[schedule]['predicted']:.2f} ms"))
+        notes.append(f"{schedule}: `{record['command']}` on {record['date']}, {record['examples_per_second']:,.0f} "
+                     f"examples/s (the comparison's run: {record['recorded_examples_per_second']:,.0f}), load average "
+                     f"{record['load'][0]:.2f} before, {record['load'][1]:.2f} after")
+    machines = {read_json(f"docs/parallel/forward-unlock/steps-{s}.json")["machine"]
+                for s in ("backprop", "dni", "complete", "ccomplete")}
+    return "\n".join(lines) + "\n\n" + "; ".join(notes) + ". " + "; ".join(sorted(machines)) + "."
+
+
 # --- recurrent DNI -----------------------------------------------------------------------------------
 
 

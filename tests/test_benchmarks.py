@@ -227,6 +227,37 @@ def test_the_simulator_against_a_comparison_reads_its_runs_and_predicts_each_lea
     assert "| complete | 2 | " in stdout
 
 
+def test_the_step_by_step_timeline_reruns_a_schedule_and_accounts_for_every_step_leaving_no_worker_behind(tmp_path):
+    from conftest import tiny_mnist
+
+    sgrad_command = pathlib.Path(sys.executable).parent / "sgrad"
+    comparison = subprocess.run(
+        [str(sgrad_command), "parallel", "--schedules", "backprop,dni", "--workers", "2", "--iterations", "12",
+         "--eval-every", "4", "--hidden", "16", "--batch-size", "8", "--no-verify", "--data", str(tiny_mnist(tmp_path)),
+         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert comparison.returncode == 0, comparison.stderr
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_steps.py"
+    command = [sys.executable, str(script), str(tmp_path / "out"), "--schedule", "dni", "--examples", "64", "--test", "16"]
+    with started(command) as run:
+        stdout, stderr = run.communicate(timeout=600)
+    assert run.returncode == 0, stderr
+    assert_group_ends(run.pid, "the benchmark's group")  # no worker outlived it
+    record = json.loads((tmp_path / "out" / "steps-dni.json").read_text())
+    assert record["schedule"] == "dni" and record["workers"] == 2 and len(record["per_worker"]) == 2
+    for worker in record["per_worker"]:
+        assert worker["steps"] == 11  # 12 steps: the time from each step's start to the next one's
+        assert worker["median_ms"] > 0 and worker["mean_ms"] > 0
+        # The events and the time between them add up to the mean step
+        assert sum(worker["events_ms"].values()) + worker["between_events_ms"] == pytest.approx(worker["mean_ms"])
+        assert 0 <= worker["slow_after_evaluations"] <= worker["slow_steps"] <= 11
+    assert {"forward", "update", "dni"} <= set(record["per_worker"][0]["events_ms"])
+    assert "| 0 | " in stdout and "| 1 | " in stdout
+    with started([sys.executable, str(script), str(tmp_path / "out"), "--schedule", "complete"]) as run:
+        _, stderr = run.communicate(timeout=60)
+    assert run.returncode != 0 and stderr.strip().splitlines()[-1].startswith("parallel_steps.py: ")
+    assert "no run of 'complete'" in stderr
+
+
 # --- the peer koz4k/dni-pytorch (its code and PyTorch run in an environment of their own; here only the adapter) ---
 
 

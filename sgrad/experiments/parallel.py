@@ -92,11 +92,13 @@ def check_runs(schedules: Sequence[str], workers: Sequence[int], config: PaperCo
 
 def train_schedule(schedule: str, workers: int, data: Sequence[np.ndarray], config: PaperConfig, *,
                    staleness: int = 0, engine: Any = None, checkpoint: str | os.PathLike[str] | None = None,
-                   checkpoint_every: int | None = None, progress: Callable[[str], None] | None = None) -> ParallelRun:
+                   checkpoint_every: int | None = None, progress: Callable[[str], None] | None = None,
+                   timeline_steps: tuple[int, int] | None = None) -> ParallelRun:
     """Train ``schedule`` on ``workers`` workers: the net, weights, batches and loss of ``sgrad paper``'s cell.
 
     data: ``(x_train, y_train, x_test, y_test)`` with integer labels.  ``engine``: an engine
-    (:class:`~sgrad.parallel.LocalEngine` by default).
+    (:class:`~sgrad.parallel.LocalEngine` by default).  ``timeline_steps``: the first and last steps whose
+    events the workers record (by default :func:`timeline_window`'s few, in the steady state).
     """
     x_train, y_train, x_test, y_test = data
     x_train, x_test = np.asarray(x_train, dtype=config.dtype), np.asarray(x_test, dtype=config.dtype)
@@ -110,7 +112,8 @@ def train_schedule(schedule: str, workers: int, data: Sequence[np.ndarray], conf
         alpha=config.alpha, steps=config.iterations, batch_size=config.batch_size,
         rng=np.random.default_rng(np.random.SeedSequence(config.seed).spawn(3)[2]), eval_every=config.eval_every,
         workers=workers, staleness=staleness, engine=engine, run=run, checkpoint=checkpoint,
-        checkpoint_every=checkpoint_every, timeline_steps=timeline_window(config.iterations, config.eval_every),
+        checkpoint_every=checkpoint_every,
+        timeline_steps=timeline_window(config.iterations, config.eval_every) if timeline_steps is None else timeline_steps,
         progress=progress, label=f"[{schedule}, {workers} workers]", input_generators=input_generators,
         input_alpha=(config.alpha if config.generator_alpha is None else config.generator_alpha)
         if schedule in COMPLETE_SCHEDULES else None)
