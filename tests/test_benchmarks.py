@@ -199,15 +199,21 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert "| worker 0 | " in table and "| worker 1 | " in table and "| half the single-process step |" in table
 
 
-def test_the_simulator_against_a_comparison_reads_its_runs_and_predicts_each_leaving_no_worker_behind(tmp_path):
+def tiny_comparison(tmp_path, schedules, iterations, eval_every):
+    """The folder of a finished ``sgrad parallel`` comparison on 2 workers, tiny MNIST, hidden 16, batch 8."""
     from conftest import tiny_mnist
 
     sgrad_command = pathlib.Path(sys.executable).parent / "sgrad"
     comparison = subprocess.run(
-        [str(sgrad_command), "parallel", "--schedules", "backprop,dni,complete", "--workers", "2", "--iterations", "6",
-         "--eval-every", "3", "--hidden", "16", "--batch-size", "8", "--no-verify", "--data", str(tiny_mnist(tmp_path)),
-         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+        [str(sgrad_command), "parallel", "--schedules", schedules, "--workers", "2", "--iterations", str(iterations),
+         "--eval-every", str(eval_every), "--hidden", "16", "--batch-size", "8", "--no-verify", "--data",
+         str(tiny_mnist(tmp_path)), "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
     assert comparison.returncode == 0, comparison.stderr
+    return tmp_path / "out"
+
+
+def test_the_simulator_against_a_comparison_reads_its_runs_and_predicts_each_leaving_no_worker_behind(tmp_path):
+    tiny_comparison(tmp_path, "backprop,dni,complete", 6, 3)
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_unlock.py"
     with started([sys.executable, str(script), str(tmp_path / "out")]) as run:
         stdout, stderr = run.communicate(timeout=600)
@@ -228,14 +234,7 @@ def test_the_simulator_against_a_comparison_reads_its_runs_and_predicts_each_lea
 
 
 def test_the_step_by_step_timeline_reruns_a_schedule_and_accounts_for_every_step_leaving_no_worker_behind(tmp_path):
-    from conftest import tiny_mnist
-
-    sgrad_command = pathlib.Path(sys.executable).parent / "sgrad"
-    comparison = subprocess.run(
-        [str(sgrad_command), "parallel", "--schedules", "backprop,dni", "--workers", "2", "--iterations", "12",
-         "--eval-every", "4", "--hidden", "16", "--batch-size", "8", "--no-verify", "--data", str(tiny_mnist(tmp_path)),
-         "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
-    assert comparison.returncode == 0, comparison.stderr
+    tiny_comparison(tmp_path, "backprop,dni", 12, 4)
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_steps.py"
     command = [sys.executable, str(script), str(tmp_path / "out"), "--schedule", "dni", "--examples", "64", "--test", "16"]
     with started(command) as run:
