@@ -197,6 +197,9 @@ def _check_float_array(array, name, expected):
         raise TypeError(f"{name} must hold floats; got dtype {array.dtype}. Convert it with {name}.astype(np.float64).")
 
 
+DOT_FROM = 4096  # the fewest numbers all_finite checks through a dot product
+
+
 def all_finite(array: np.ndarray) -> bool:
     """Whether a float array holds no NaN and no inf: ``np.isfinite(array).all()``, mostly without its bool array.
 
@@ -215,8 +218,6 @@ def all_finite(array: np.ndarray) -> bool:
                 return True
     return bool(np.isfinite(array).all())
 
-
-DOT_FROM = 4096
 
 
 def _check_finite(array, name, first):

@@ -235,6 +235,7 @@ def _correlate_in_chunks(padded: np.ndarray, w_col_t: np.ndarray, kernel: tuple[
 
 def _dense_pays(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], out_shape: tuple[int, int],
                 dtype: np.dtype) -> bool:
+    """:func:`sgrad.nn.fast_small_maps.dense_pays` for x of ``input_shape`` and weights of ``weights_shape``."""
     out_channels, in_channels, kernel_height, kernel_width = weights_shape
     return fast_small_maps.dense_pays(input_shape[2], input_shape[3], in_channels, out_channels,
                                       (kernel_height, kernel_width), out_shape, dtype.itemsize)
@@ -276,7 +277,7 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     columns = None
     if _dense_pays(x.shape, weights.shape, out_shape, x.dtype):
         z = fast_small_maps.conv2d_forward(x, weights, stride, padding, out_shape)
-    elif x.shape[0] * out_shape[0] * out_shape[1] * w_col_t.size // w_col_t.shape[1] * x.dtype.itemsize <= whole_bytes:
+    elif x.shape[0] * out_shape[0] * out_shape[1] * w_col_t.shape[0] * x.dtype.itemsize <= whole_bytes:  # X_col's bytes
         if x.flags.c_contiguous:  # channels-first in memory, as images come from the data (one channel: either way)
             columns = _columns_of_channels_first(x, kernel, stride, padding, out_shape)
         else:
