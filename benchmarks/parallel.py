@@ -67,11 +67,12 @@ TARGET_SPEEDUP, TOLERANCE = 1.9, 0.10
 BACKPROP_STEPS = 5  # times --steps, for backprop's runs
 
 
-def data(seed=0):
+def data(seed=0, examples=EXAMPLES, test=TEST):
+    """Random images in [0, 1) and labels: (examples, 784), (examples,), (test, 784), (test,)."""
     rng = np.random.default_rng(seed)
-    x = rng.random((EXAMPLES + TEST, 784), dtype=np.float32)
-    y = rng.integers(0, CLASSES, EXAMPLES + TEST)
-    return x[:EXAMPLES], y[:EXAMPLES], x[EXAMPLES:], y[EXAMPLES:]
+    x = rng.random((examples + test, 784), dtype=np.float32)
+    y = rng.integers(0, CLASSES, examples + test)
+    return x[:examples], y[:examples], x[examples:], y[examples:]
 
 
 ORDER = np.random.default_rng(1).permutation(EXAMPLES)  # rows in a shuffled order, as the workers draw them

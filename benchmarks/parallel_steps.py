@@ -10,7 +10,7 @@ MNIST, and an evaluation sends as many images through the pipeline), and reports
 - the time per step in each kind of event (``forward``, ``backward``, ``update``, ``dni``, ``wait``, ...), and
   between events (receiving and sending messages, the worker's own bookkeeping);
 - the slow steps, those over twice the median: how many, what they add to the mean step, and how many of them
-  come within three steps after an evaluation (the test set going through the pipeline).
+  come within three steps after an evaluation (the test set going through the pipeline) or of the start.
 
 The mean step is what the run's examples per second come from (batch / mean); the median, what a step costs
 when nothing else happens.  Writes ``steps-<schedule>.json`` into the comparison's folder.
@@ -32,19 +32,13 @@ import time
 
 import numpy as np
 from machine import describe
+from parallel import data as random_data
 
 from sgrad.experiments.mnist import PaperConfig
 from sgrad.experiments.parallel import examples_per_second, train_schedule
 
 SLOW = 2.0  # a slow step takes more than this many times the median
 AFTER_EVALUATION = 3  # steps after an evaluation that its pass through the pipeline may slow down
-
-
-def random_data(examples, test, seed=0):
-    """Random images in [0, 1) and labels of MNIST's shapes: (examples, 784), (examples,), (test, 784), (test,)."""
-    rng = np.random.default_rng(seed)
-    x, y = rng.random((examples + test, 784), dtype=np.float32), rng.integers(0, 10, examples + test)
-    return x[:examples], y[:examples], x[examples:], y[examples:]
 
 
 def worker_steps(events, worker, eval_every):
@@ -90,7 +84,7 @@ def main(argv=None):
     workers = runs[0]["workers"]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
-    run = train_schedule(args.schedule, workers, random_data(args.examples, args.test), config,
+    run = train_schedule(args.schedule, workers, random_data(examples=args.examples, test=args.test), config,
                          timeline_steps=(1, config.iterations))
     seconds = time.perf_counter() - started
     events = [event._asdict() for event in run.timeline]
@@ -104,10 +98,10 @@ def main(argv=None):
     (folder / f"steps-{args.schedule}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"{args.schedule} on {workers} workers: {result['examples_per_second']:,.0f} examples/s "
           f"(the comparison's run: {result['recorded_examples_per_second']:,.0f}); load average {load_before:.2f}")
-    print("| worker | median step | mean step | slow steps (after an evaluation) | what they add | "
-          "between events | " + " | ".join(sorted({k for w in result['per_worker'] for k in w['events_ms']})) + " |")
+    kinds = sorted({kind for worker in result["per_worker"] for kind in worker["events_ms"]})
+    print("| worker | median step | mean step | slow steps (after an evaluation or the start) | what they add | "
+          "between events | " + " | ".join(kinds) + " |")
     for w in result["per_worker"]:
-        kinds = sorted({k for v in result["per_worker"] for k in v["events_ms"]})
         print(f"| {w['worker']} | {w['median_ms']:.2f} ms | {w['mean_ms']:.2f} ms | {w['slow_steps']} "
               f"({w['slow_after_evaluations']}) | {w['slow_excess_ms']:.2f} ms | {w['between_events_ms']:.2f} ms | "
               + " | ".join(f"{w['events_ms'].get(k, 0.0):.2f}" for k in kinds) + " |")

@@ -352,7 +352,7 @@ def parallel_forward_unlock_steps(_: str) -> str:
     """Each schedule's rerun with every step's events (``benchmarks/parallel_steps.py``), worker by worker."""
     simulated = {run["schedule"]: run for run in read_json("docs/parallel/forward-unlock/simulator.json")["runs"]}
     lines = ["| schedule | worker | median step | mean step | computing | waiting | between events | slow steps "
-             "(after an evaluation) | what the slow steps add | the simulator's step |",
+             "(after an evaluation or the start) | what the slow steps add | the simulator's step |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     notes = []
     for schedule in ("backprop", "dni", "complete", "ccomplete"):

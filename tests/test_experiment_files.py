@@ -69,7 +69,7 @@ def test_one_writer_refuses_a_second_holder_naming_the_first_and_lets_go_when_do
 
 def test_ctrl_c_during_an_atomic_write_comes_once_the_new_file_is_in_place(tmp_path):
     """In a process of its own, with Python's own Ctrl-C handler: the write's callback signals its own process half-way,
-    and the KeyboardInterrupt comes after the rename, with nothing on stderr but its traceback."""
+    and the KeyboardInterrupt comes after the rename, with nothing on stderr."""
     path = tmp_path / "checkpoint.npz"
     code = f"""
 import os, signal, numpy as np
