@@ -9,9 +9,11 @@ The checks of integers, flags, seeds and sizes are the datasets' own
 that the library has one place to look.
 """
 
+import contextlib
+import contextvars
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -220,9 +222,32 @@ def all_finite(array: np.ndarray) -> bool:
 
 
 
+# True while the arrays checked are values that one of sgrad's modules made for the next: see handed_on.
+_HANDED_ON = contextvars.ContextVar("sgrad_values_handed_on", default=False)
+
+
+@contextlib.contextmanager
+def handed_on() -> Iterator[None]:
+    """Within: the arrays checked are values one module made for the next, as a Sequential hands them on.
+
+    They come from numbers checked where they entered (the first module's input, the last one's
+    output delta), and a step that turns a finite number into NaN or inf warns in NumPy (the training
+    loop makes it raise), so the pass over every number for NaN and inf, a trip through memory for
+    each large map, is left out.  Their types, shapes, widths and dtypes are checked as ever.
+    """
+    token = _HANDED_ON.set(True)
+    try:
+        yield
+    finally:
+        _HANDED_ON.reset(token)
+
+
 def _check_finite(array, name, first):
-    """``array`` if it holds no NaN or inf; else the message names the first ``first`` ('row', 'example') that does."""
-    if not all_finite(array):
+    """``array`` if it holds no NaN or inf; else the message names the first ``first`` ('row', 'example') that does.
+
+    Within :func:`handed_on`, ``array`` as it is.
+    """
+    if not _HANDED_ON.get() and not all_finite(array):
         index = int(np.argwhere(~np.isfinite(array))[0, 0])
         raise ValueError(f"{name} holds NaN or inf (first in {first} {index}); check the data, or lower the "
                          "learning rate if it came from a training run that diverged")

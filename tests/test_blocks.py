@@ -211,6 +211,62 @@ def test_dense_block_keeps_its_dtype_through_a_training_step(dtype, batch, input
     assert_tree_dtype(dtype, block, "dense_block")
 
 
+
+# --- Sequential: what one module hands the next is not scanned for NaN and inf again ---------------------------
+
+
+def _two_layers(seed=0):
+    return Sequential([Layer(IN, 3, "tanh", seed=seed), Layer(3, OUT, "identity", seed=seed + 1)])
+
+
+@pytest.mark.parametrize("where", ["forward", "predict", "backward"])
+def test_sequential_refuses_nan_where_it_comes_in_and_its_modules_check_again_when_called_alone(where):
+    """The first module checks the input, the last the output delta, as ever; after the Sequential's call, and
+    after a call that raised, a module called alone scans its input again."""
+    net = _two_layers()
+    bad = _x(3)
+    bad[2, 1] = np.nan
+    if where == "backward":
+        net.forward(_x(3))
+        bad = np.full((BATCH, OUT), np.inf)
+        call, name = (lambda: net.backward(bad)), "output_delta"
+    else:
+        call, name = (lambda: getattr(net, where)(bad)), "input"
+    with pytest.raises(ValueError, match=f"{name} holds NaN or inf"):
+        call()
+    net.forward(_x(3))
+    net.backward(np.ones((BATCH, OUT)))
+    with pytest.raises(ValueError, match="input holds NaN or inf \\(first in row 2\\)"):
+        net.modules[1].forward(np.where(np.arange(BATCH)[:, None] == 2, np.nan, np.ones((BATCH, 3))))
+
+
+def test_a_number_made_non_finite_inside_a_sequential_is_numpys_to_report():
+    """Inside, the second module does not scan its input: an overflow in the first is reported by NumPy where
+    it happens (the training loop makes every step raise), and the step stops there."""
+    first = Layer(IN, 3, "identity", seed=0)
+    first.weights[...] = 1e308
+    net = Sequential([first, Layer(3, OUT, "identity", seed=1)])
+    with np.errstate(over="raise"), pytest.raises(FloatingPointError, match="overflow"):
+        net.forward(np.full((BATCH, IN), 10.0))
+
+
+def test_handed_on_ends_with_its_block_even_when_the_block_raises():
+    """argument_checks.handed_on is on within, off after, also after an exception; nested, the outer stays on."""
+    from sgrad import argument_checks
+    nan_rows = np.full((2, 3), np.nan)
+    with argument_checks.handed_on():
+        assert argument_checks.check_batch(nan_rows, "h", 3) is nan_rows  # no scan within
+        with argument_checks.handed_on():
+            pass
+        assert argument_checks.check_batch(nan_rows, "h", 3) is nan_rows  # the inner end leaves the outer on
+    with pytest.raises(RuntimeError, match="inside"), argument_checks.handed_on():
+        raise RuntimeError("inside")
+    with pytest.raises(ValueError, match="h holds NaN or inf"):
+        argument_checks.check_batch(nan_rows, "h", 3)
+    with argument_checks.handed_on(), pytest.raises(ValueError, match="h must have shape \\(batch, 3\\)"):
+        argument_checks.check_batch(np.ones((2, 4)), "h", 3)  # widths still checked within
+
+
 # --- DNIBlock --------------------------------------------------------------------------------
 
 

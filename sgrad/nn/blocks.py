@@ -96,26 +96,37 @@ class Sequential(Module):
     def gradients(self) -> dict[str, np.ndarray]:
         return {f"{i}.{name}": g for i, m in enumerate(self.modules) for name, g in m.gradients.items()}
 
+    # Each module checks what it is given; what one module hands the next it made itself, from numbers checked on
+    # the way in, so the modules after the first run within argument_checks.handed_on (no pass for NaN and inf).
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        for module in self.modules:
-            x = module.predict(x)
+        x = self.modules[0].predict(x)
+        with argument_checks.handed_on():
+            for module in self.modules[1:]:
+                x = module.predict(x)
         return x
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         if isinstance(x, np.ndarray) and x.ndim >= 2 and len(x):  # else the first module's forward says what is wrong
             self.check_batch_size(x.shape[0])  # before any module remembers anything
-        for module in self.modules:
-            x = module.forward(x)
+        x = self.modules[0].forward(x)
+        with argument_checks.handed_on():
+            for module in self.modules[1:]:
+                x = module.forward(x)
         self._stale = False
         return x
 
     def backward(self, output_delta: np.ndarray, *, input_delta: bool = True) -> np.ndarray | None:
         """Backpropagate through the modules in reverse; ``input_delta=False``: the first returns None."""
         self.forward_cache("backward()", "forward(input)")  # its modules keep the caches: this refuses a stale step
-        delta: np.ndarray | None = output_delta
-        for module in reversed(self.modules[1:]):
-            delta = module.backward(delta)
-        return self.modules[0].backward(delta, input_delta=input_delta)
+        first, *rest = self.modules
+        if not rest:
+            return first.backward(output_delta, input_delta=input_delta)
+        delta = rest[-1].backward(output_delta)
+        with argument_checks.handed_on():
+            for module in reversed(rest[:-1]):
+                delta = module.backward(delta)
+            return first.backward(delta, input_delta=input_delta)
 
     def update(self, alpha: float) -> None:
         argument_checks.check_learning_rate(alpha)
