@@ -64,7 +64,9 @@ step comes from ``SGRAD_SETTINGS`` (by default the settings that stand beside ``
 ``--sgrad-setting`` given more than once, each setting takes its turn in every round, and the table also gives
 each setting's time against the first's.  Beside the ``cnn`` example stands ``peer-cnn`` (``sgrad paper --arch
 peer-cnn``), beside ``full-unlock`` the setting ``full-unlock`` (the peer's MLP network with the generators of two
-hidden layers of 256, batch 64; ``complete`` and ``ccomplete`` step through ``complete_unlock_step``).  ``--out``
+hidden layers of 256, batch 64; ``complete`` and ``ccomplete`` step through ``complete_unlock_step``).  Both
+processes keep the memory their steps free (``sgrad.training.memory``; the peer's through glibc's environment
+variables with the same thresholds).  ``--processes N`` runs the rounds in N pairs of fresh processes.  ``--out``
 writes the record: the command, the machine, the date, the load average before and after, and each round's wall
 and processor seconds per step on each side.
 """
@@ -79,6 +81,7 @@ import dataclasses
 import json
 import pathlib
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -459,6 +462,15 @@ def settings_to_time(args):
     return settings
 
 
+def same_allocator():
+    """glibc's environment variables that give a process the thresholds :func:`sgrad.training.memory.keep_freed_memory`
+    sets in sgrad's: the peer's process keeps the memory its steps free, as sgrad's training loop does, so that
+    neither side pays page faults the other does not."""
+    from sgrad.training import memory
+
+    return {"MALLOC_MMAP_THRESHOLD_": str(memory.MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(memory.TRIM_THRESHOLD)}
+
+
 class PeerSteps:
     """The peer's training step in a process of its own environment, timed there on the example's first batch."""
 
@@ -468,7 +480,7 @@ class PeerSteps:
                    "--example", args.example, "--data", str(mnist_path(args)), "--method", method,
                    "--batch-size", str(args.batch_size), "--lr", str(args.lr)]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=subprocess.DEVNULL, text=True)
+                                        stderr=subprocess.DEVNULL, text=True, env=dict(os.environ, **same_allocator()))
         self.answer()
 
     def answer(self):
@@ -499,18 +511,70 @@ def step_time(args):
     """Alternate sgrad's steps and the peer's, round by round; print the median ratios per method and setting.
 
     In each round every sgrad setting takes its turn, then the peer: the ratio of a setting to the first one (one
-    interface against every block, say) is measured in the same rounds.  With ``--out``, write the record: the
-    command, machine, date, load average before and after, and each round's wall and processor seconds per step.
+    interface against every block, say) is measured in the same rounds.  With ``--processes N`` (N > 1) the
+    rounds run in N pairs of fresh processes, one pair after the other, each pair's sgrad side a new run of this
+    command: the same code runs a few percent faster or slower from one process to the next (where its arrays
+    lie in memory), and one pair alone would measure that as well.  With ``--out``, write the record: the
+    command, machine, date, load average before and after, and each round's wall and processor seconds per
+    step, with the pair each round ran in.
     """
+    if args.processes < 1:
+        raise SystemExit(f"dni_pytorch_peer: --processes must be at least 1 (pairs of fresh processes, one after the "
+                         f"other); got {args.processes}")
     peer_paths(args)  # before any work
     settings = settings_to_time(args)
     load_before = os.getloadavg()
-    with np.load(mnist_path(args)) as archive:
-        x = (archive["x_train"][:args.batch_size].reshape(args.batch_size, -1) / np.float32(255)).astype(np.float32)
-        labels = archive["y_train"][:args.batch_size].astype(np.int64)
+    previous = signal.signal(signal.SIGTERM, _stop)  # so that a pair's processes are ended on the way out
+    try:
+        measured = _rounds_in_fresh_processes(args) if args.processes > 1 else _rounds(args, settings)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print("| method | sgrad's setting | sgrad, ms per step | peer, ms per step | sgrad ÷ peer (median of rounds) |"
           + (f" ÷ '{settings[0]}' |" if len(settings) > 1 else ""))
     print("|---|---|---:|---:|---:|" + ("---:|" if len(settings) > 1 else ""))
+    for method in measured:
+        theirs = np.array(method["peer_seconds"])
+        mine = [np.array(setting["seconds"]) for setting in method["sgrad"]]
+        for setting, times in zip(settings, mine):
+            row = (f"| {method['method']} | {setting} | {1e3 * np.median(times):.2f} | {1e3 * np.median(theirs):.2f} | "
+                   f"{np.median(times / theirs):.2f}× |")
+            if len(settings) > 1:
+                row += f" {np.median(times / mine[0]):.2f}× |"
+            print(row, flush=True)
+    if args.out:
+        from machine import describe
+
+        out = pathlib.Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({
+            "command": "benchmarks/dni_pytorch_peer.py " + " ".join(sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": describe(),
+            "numpy": np.__version__, "torch": peer_version(args), "example": args.example,
+            "batch_size": args.batch_size, "rounds": args.rounds, "processes": args.processes,
+            "seconds_per_side": args.seconds,
+            "load_average_before": [round(v, 2) for v in load_before],
+            "load_average_after": [round(v, 2) for v in os.getloadavg()],
+            "methods": measured}, indent=1, ensure_ascii=False) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+
+
+def _stop(signum, _frame):
+    """SIGTERM as SystemExit: a pair's process (subprocess.run) or the peer's (PeerSteps.close) is ended on the way."""
+    raise SystemExit(f"dni_pytorch_peer: stopped by signal {signum}")
+
+
+def _rounds(args, settings):
+    """``args.rounds`` rounds of each method in this process and one peer process: the record's ``methods``.
+
+    This process keeps the memory its steps free, as ``sgrad paper``'s training loop makes it do; the peer's, with
+    the same thresholds (:func:`same_allocator`).
+    """
+    from sgrad.training.memory import keep_freed_memory
+
+    keep_freed_memory()
+    with np.load(mnist_path(args)) as archive:
+        x = (archive["x_train"][:args.batch_size].reshape(args.batch_size, -1) / np.float32(255)).astype(np.float32)
+        labels = archive["y_train"][:args.batch_size].astype(np.int64)
     measured = []
     for method in args.methods:
         steps = [sgrad_step(method, x, labels, setting) for setting in settings]
@@ -536,31 +600,53 @@ def step_time(args):
                 theirs_cpu.append(cpu)
         finally:
             peer.close()
-        theirs_array = np.array(theirs)
-        for setting, times in zip(settings, mine):
-            row = (f"| {method} | {setting} | {1e3 * np.median(times):.2f} | {1e3 * np.median(theirs_array):.2f} | "
-                   f"{np.median(np.array(times) / theirs_array):.2f}× |")
-            if len(settings) > 1:
-                row += f" {np.median(np.array(times) / np.array(mine[0])):.2f}× |"
-            print(row, flush=True)
-        measured.append({"method": method, "steps_per_round": calls, "peer_seconds": theirs,
-                         "peer_processor_seconds": theirs_cpu,
+        measured.append({"method": method, "steps_per_round": calls, "pair": [0] * args.rounds,
+                         "peer_seconds": theirs, "peer_processor_seconds": theirs_cpu,
                          "sgrad": [{"setting": setting, "seconds": times, "processor_seconds": cpu}
                                    for setting, times, cpu in zip(settings, mine, mine_cpu)]})
-    if args.out:
-        from machine import describe
+    return measured
 
-        out = pathlib.Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps({
-            "command": "benchmarks/dni_pytorch_peer.py " + " ".join(sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d", time.gmtime()), "machine": describe(),
-            "numpy": np.__version__, "torch": peer_version(args), "example": args.example,
-            "batch_size": args.batch_size, "rounds": args.rounds, "seconds_per_side": args.seconds,
-            "load_average_before": [round(v, 2) for v in load_before],
-            "load_average_after": [round(v, 2) for v in os.getloadavg()],
-            "methods": measured}, indent=1, ensure_ascii=False) + "\n")
-        print(f"wrote {out}", file=sys.stderr)
+
+def _rounds_in_fresh_processes(args):
+    """The record's ``methods`` from ``args.processes`` runs of this command with one pair each, one after the
+    other; each round keeps the number of its pair, and each method its steps per round in every pair."""
+    import tempfile
+
+    merged: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for pair in range(args.processes):
+            out = pathlib.Path(folder) / f"pair{pair}.json"
+            command = [sys.executable, str(pathlib.Path(__file__).resolve()), *_argv_with(sys.argv[1:], out)]
+            run = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if run.returncode != 0:
+                last = (run.stderr.strip().splitlines() or ["no message"])[-1]
+                raise SystemExit(f"dni_pytorch_peer: pair {pair + 1} of {args.processes} failed: {last}")
+            for method in json.loads(out.read_text())["methods"]:
+                into = merged.setdefault(method["method"], {
+                    "method": method["method"], "steps_per_round": [], "pair": [], "peer_seconds": [],
+                    "peer_processor_seconds": [],
+                    "sgrad": [{"setting": s["setting"], "seconds": [], "processor_seconds": []} for s in method["sgrad"]]})
+                into["steps_per_round"].append(method["steps_per_round"])
+                into["pair"] += [pair] * len(method["peer_seconds"])
+                for key in ("peer_seconds", "peer_processor_seconds"):
+                    into[key] += method[key]
+                for ours, theirs in zip(into["sgrad"], method["sgrad"]):
+                    ours["seconds"] += theirs["seconds"]
+                    ours["processor_seconds"] += theirs["processor_seconds"]
+    return list(merged.values())
+
+
+def _argv_with(argv, out):
+    """This command's arguments for one pair: ``--processes 1`` and ``--out`` the pair's file, the rest kept."""
+    kept, skip = [], False
+    for argument in argv:
+        if skip:
+            skip = False
+        elif argument in ("--processes", "--out"):
+            skip = True
+        elif not argument.startswith(("--processes=", "--out=")):
+            kept.append(argument)
+    return [*kept, "--processes", "1", "--out", str(out)]
 
 
 def peer_version(args):
@@ -705,6 +791,9 @@ def build_parser():
     tim.add_argument("--rounds", type=int, default=15)
     tim.add_argument("--seconds", type=float, default=0.5, help="each side's time in a round (default 0.5)")
     tim.add_argument("--warmup", type=int, default=20, help="steps each side takes before the rounds")
+    tim.add_argument("--processes", type=int, default=1,
+                     help="pairs of fresh processes (sgrad's and the peer's) that run --rounds each, one pair after "
+                          "the other (default 1: this process and one peer process)")
     tim.add_argument("--out", help="write the record (JSON): command, machine, date, load average, each round")
 
     fig = commands.add_parser("figure", help="draw an ablation table (JSON) as a PNG")

@@ -336,21 +336,38 @@ def test_the_peer_adapter_times_each_sgrad_setting_in_the_same_rounds_as_the_pee
                          and os.environ.get("SGRAD_DATA_DIR")),
                     reason="set DNI_PYTORCH, DNI_PYTORCH_PYTHON (a checkout of koz4k/dni-pytorch and its "
                            "environment's python) and SGRAD_DATA_DIR to time the peer")
-def test_the_peer_adapter_records_each_round_of_the_complete_unlocks_step_time(tmp_path):
+@pytest.mark.parametrize("processes", [1, 2])
+def test_the_peer_adapter_records_each_round_of_the_complete_unlocks_step_time(tmp_path, processes):
+    """With --processes 2, the rounds of two pairs of fresh processes, each round with its pair's number."""
     script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
     out = tmp_path / "step-time.json"
     result = subprocess.run([sys.executable, str(script), "time", "--example", "full-unlock", "--methods", "complete",
-                             "--rounds", "3", "--seconds", "0.05", "--warmup", "2", "--out", str(out)],
-                            capture_output=True, text=True, timeout=600)
+                             "--rounds", "3", "--seconds", "0.05", "--warmup", "2", "--processes", str(processes),
+                             "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("| complete | full-unlock | ")]
     record = json.loads(out.read_text())
     assert record["example"] == "full-unlock" and record["batch_size"] == 64
+    assert record["rounds"] == 3 and record["processes"] == processes
     assert len(record["load_average_before"]) == 3 and record["machine"].startswith("CPU: ")
     [measured] = record["methods"]
     assert measured["method"] == "complete" and measured["sgrad"][0]["setting"] == "full-unlock"
+    assert measured["pair"] == [pair for pair in range(processes) for _ in range(3)]
+    if processes > 1:
+        assert len(measured["steps_per_round"]) == processes and min(measured["steps_per_round"]) >= 1
     for times in (measured["peer_seconds"], measured["peer_processor_seconds"], measured["sgrad"][0]["seconds"],
                   measured["sgrad"][0]["processor_seconds"]):
-        assert len(times) == 3 and min(times) > 0
+        assert len(times) == 3 * processes and min(times) > 0
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["step-time.json"]  # the pairs' files are gone
+
+
+def test_the_peer_adapter_refuses_fewer_than_one_pair_of_processes_in_one_line(tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "dni_pytorch_peer.py"
+    result = subprocess.run([sys.executable, str(script), "time", "--processes", "0", "--peer", str(tmp_path),
+                             "--data", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == ["dni_pytorch_peer: --processes must be at least 1 (pairs of fresh "
+                                          "processes, one after the other); got 0"]
 
 
 def test_the_peer_adapter_draws_its_ablation_as_a_png(tmp_path):

@@ -21,6 +21,7 @@ import numpy as np
 from ..nn.checkpoint import network_state
 from ..training.batches import BatchOrder
 from ..training.evaluation import accuracy, predict_in_eval_mode
+from ..training.memory import keep_freed_memory
 from .messages import Inbox, Message, Report, Source
 from .schedules import SCHEDULES
 from .timeline import Timeline
@@ -104,6 +105,7 @@ class Worker:
         ``send(j, message)`` sends to worker j; ``report(report)`` tells the driver.  Whatever the
         worker raises is reported (``'error'``) and raised again.
         """
+        keep_freed_memory()  # as the training loop does: each step allocates what the last one freed
         self.inbox, self.send, self.report = Inbox(source), send, report
         self.timeline = Timeline(self.index, *self.plan.timeline)
         schedule = SCHEDULES[self.plan.schedule](self)

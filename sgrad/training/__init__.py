@@ -6,6 +6,7 @@
 - :mod:`.batches`: the order of the batches, a new permutation per pass;
 - :mod:`.evaluation`: what a run measures (accuracy in evaluation mode, the cosine of ĝ and g);
 - :mod:`.diverged`: ``TrainingDiverged``, what a run raises when a number turns non-finite;
+- :mod:`.memory`: the memory a step frees, kept in the process for the next step;
 - :mod:`.results_folder`: the results folder, one writer at a time, and where checkpoints go;
 - :mod:`.cell_cache`: the cache of finished cells, so that an interrupted grid resumes.
 """

@@ -43,6 +43,7 @@ from ..argument_checks import check_bool, check_integer
 from ..dni.steps import Loss, backprop_step, dni_step, synthetic_loss_step
 from .batches import BatchOrder
 from .diverged import TrainingDiverged
+from .memory import keep_freed_memory
 from .resume import resume_run, save_run
 
 Progress = Callable[[str], None] | None
@@ -88,7 +89,8 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
     progress : called with one line of status at evaluations and on resuming.
 
     Raises :class:`~sgrad.TrainingDiverged` if a number turns non-finite; its history
-    then holds ``diverged_at_<unit>``.
+    then holds ``diverged_at_<unit>``.  From the first step on, the process keeps the memory its steps free
+    (:func:`~sgrad.training.memory.keep_freed_memory`).
     """
     if checkpoint_every is not None:
         check_integer(checkpoint_every, "checkpoint_every")
@@ -98,6 +100,7 @@ def train_loop(network: Sequence[Any], train_step: Callable[[np.ndarray, dict], 
         if progress is not None:
             progress(f"{names.label} {line}")
 
+    keep_freed_memory()  # each step allocates what the last one freed: see sgrad.training.memory
     session_start = time.perf_counter()  # reading the checkpoint is part of this session's time
     saved = resume_run(checkpoint, network, run, budget=steps, batches=batches, history=history,
                        check_history=check_history, progress=say)
