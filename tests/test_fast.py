@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from strategies import (dtypes, long_batches, seeds, widths)
 
 from sgrad import argument_checks
-from sgrad.nn import fast_kernels, fast_small_maps, kernels
+from sgrad.nn import fast_kernels, fast_rows, fast_small_maps, kernels
 
 # --- batchnorm_backward: kernels.batchnorm_backward in place --------------------------------------
 
@@ -132,15 +132,17 @@ def test_maxpool2d_is_the_plain_kernels_ties_included(dtype, batch, channels, he
 
 
 @given(dtype=dtypes, batch=st.integers(1, 4), in_channels=st.integers(1, 3), out_channels=st.integers(1, 3),
-       height=st.integers(1, 7), width=st.integers(1, 7), kernel_height=st.integers(1, 3),
+       height=st.integers(1, 7), width=st.integers(1, 12), kernel_height=st.integers(1, 3),
        kernel_width=st.integers(1, 4), stride=st.integers(1, 3), padding=st.integers(0, 2), bias=st.booleans(),
        chunk_bytes=st.sampled_from([1, 300, 1 << 20]), whole=st.booleans(), input_delta=st.booleans(), seed=seeds)
 def test_conv2d_in_chunks_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width, kernel_height,
                                                kernel_width, stride, padding, bias, chunk_bytes, whole, input_delta,
                                                seed):
     """z, dL/dx, dL/dW and dL/db of the chunked kernels against the plain ones: one example per chunk (1 byte),
-    a few, or the whole batch; X_col kept from the forward pass (whole) or built again in the backward one."""
+    a few, or the whole batch; X_col kept from the forward pass (whole) or built again in the backward one.  (Narrow
+    maps at stride 1 go row by row instead: see the banded form's test below.)"""
     assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
+    assume(not (stride == 1 and width + 2 * padding <= fast_rows.WIDER_AT_MOST * kernel_width))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, in_channels, height, width)).astype(dtype)
     weights = rng.standard_normal((out_channels, in_channels, kernel_height, kernel_width)).astype(dtype)
@@ -209,6 +211,50 @@ def test_conv2d_on_maps_as_small_as_the_kernel_is_the_plain_kernels(dtype, batch
         difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
         assert difference <= 4 * eps * float(size), (
             f"{name}: dense (mine) and plain kernel differ by {difference:.2g}, more than rounding")
+
+
+@given(dtype=dtypes, batch=st.integers(1, 3), in_channels=st.integers(1, 4), out_channels=st.integers(1, 4),
+       height=st.integers(1, 9), width=st.integers(1, 9), kernel_height=st.integers(1, 4),
+       kernel_width=st.integers(2, 4), padding=st.integers(0, 2), channels_last=st.booleans(), seed=seeds)
+def test_conv2d_on_narrow_maps_row_by_row_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width,
+                                                               kernel_height, kernel_width, padding, channels_last,
+                                                               seed):
+    """The banded form (sgrad.nn.fast_rows), taken at stride 1 when the padded width is at most three kernel
+    widths and the maps are larger than the kernel, as the second convolution of the peer's MNIST CNN (8 x 8
+    maps of 10 channels, 5 x 5): z, dL/dx, dL/dW and dL/db, with and without the input delta."""
+    assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
+    assume(height * width > kernel_height * kernel_width)  # else the dense form takes it
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, height, width, in_channels) if channels_last else
+                            (batch, in_channels, height, width)).astype(dtype)
+    x = x.transpose(0, 3, 1, 2) if channels_last else x  # channels-last in memory, as a convolution's output
+    weights = rng.standard_normal((out_channels, in_channels, kernel_height, kernel_width)).astype(dtype)
+    b = rng.standard_normal(out_channels).astype(dtype)
+
+    z_plain, columns_plain = kernels.conv2d_forward(x, weights, b, 1, padding)
+    pays = fast_rows.rows_pay(width, in_channels, out_channels, (kernel_height, kernel_width), 1, padding,
+                              z_plain.shape[3], np.dtype(dtype).itemsize)
+    assert pays == (width + 2 * padding <= 3 * kernel_width)
+    assume(pays)
+    z, columns = fast_kernels.conv2d_forward(x, weights, b, 1, padding)
+    dz = rng.standard_normal(z_plain.shape).astype(dtype)
+    plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, 1, padding, True, True)
+    mine = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, True)
+    without = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, False)
+    assert without[0] is None
+    np.testing.assert_array_equal(without[1], mine[1], err_msg="dL/dW depends on whether dL/dx is asked for")
+
+    eps = np.finfo(dtype).eps
+    sizes = {"z": kernel_height * kernel_width * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights))
+             + np.max(np.abs(b)),
+             "dL/dx": kernel_height * kernel_width * out_channels * np.max(np.abs(dz)) * np.max(np.abs(weights)),
+             "dL/dW": dz.size / out_channels * np.max(np.abs(dz)) * np.max(np.abs(x)),
+             "dL/db": dz.size / out_channels * np.max(np.abs(dz))}
+    for (name, size), ours, theirs in zip(sizes.items(), (z, *mine), (z_plain, *plain)):
+        assert ours.dtype == dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
+        difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+        assert difference <= 4 * eps * float(size), (
+            f"{name}: banded (mine) and plain kernel differ by {difference:.2g}, more than rounding")
 
 
 # --- argument_checks.all_finite: np.isfinite(array).all() through a dot product -------------------------------

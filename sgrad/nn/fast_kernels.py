@@ -4,7 +4,8 @@ Read :mod:`sgrad.nn.kernels` for the maths.  Every function here names the plain
 formula it replaces, and ``tests/test_fast.py`` checks the two against each
 other.  A trick stays here only while it pays in ``benchmarks/performance.py`` (the convolution's and the
 pooling's: in ``benchmarks/cnn_step.py``; those for few channels and small maps, in the MNIST CNN of
-koz4k/dni-pytorch that ``benchmarks/dni_pytorch_peer.py time --example cnn`` times).
+koz4k/dni-pytorch that ``benchmarks/dni_pytorch_peer.py time --example cnn`` times, with
+:mod:`sgrad.nn.fast_small_maps` and :mod:`sgrad.nn.fast_rows`).
 """
 
 import functools
@@ -12,7 +13,7 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import fast_small_maps
+from . import fast_rows, fast_small_maps
 
 
 @functools.lru_cache(maxsize=64)
@@ -241,6 +242,14 @@ def _dense_pays(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], ou
                                       (kernel_height, kernel_width), out_shape, dtype.itemsize)
 
 
+def _rows_pay(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], stride: int, padding: int,
+              out_shape: tuple[int, int], dtype: np.dtype) -> bool:
+    """:func:`sgrad.nn.fast_rows.rows_pay` for x of ``input_shape`` and weights of ``weights_shape``."""
+    out_channels, in_channels, kernel_height, kernel_width = weights_shape
+    return fast_rows.rows_pay(input_shape[3], in_channels, out_channels, (kernel_height, kernel_width), stride,
+                              padding, out_shape[1], dtype.itemsize)
+
+
 def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: int, padding: int,
                                out_shape: tuple[int, int]) -> np.ndarray:
     """X_col (batch H_out W_out, k_h k_w in_channels) of x whose memory is channels-first, built transposed.
@@ -269,7 +278,8 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     memory, each piece multiplied while it is still in the cache, and None is returned:
     :func:`conv2d_backward` builds the pieces again (twice the copying, but in the cache, and cheaper than one
     pass through main memory).  On maps not much larger than the kernel, no X_col at all: see
-    :mod:`sgrad.nn.fast_small_maps`.  z is (batch, out_channels, H_out, W_out), channels-last in memory.
+    :mod:`sgrad.nn.fast_small_maps`; on narrow maps at stride 1, the rows S of :mod:`sgrad.nn.fast_rows`, returned
+    in X_col's place.  z is (batch, out_channels, H_out, W_out), channels-last in memory.
     """
     kernel = weights.shape[2:]
     out_shape = ((x.shape[2] + 2 * padding - kernel[0]) // stride + 1, (x.shape[3] + 2 * padding - kernel[1]) // stride + 1)
@@ -277,6 +287,8 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     columns = None
     if _dense_pays(x.shape, weights.shape, out_shape, x.dtype):
         z = fast_small_maps.conv2d_forward(x, weights, stride, padding, out_shape)
+    elif _rows_pay(x.shape, weights.shape, stride, padding, out_shape, x.dtype):
+        z, columns = fast_rows.conv2d_forward(_padded(x, padding), weights, out_shape)  # columns: the stacked rows S
     elif x.shape[0] * out_shape[0] * out_shape[1] * w_col_t.shape[0] * x.dtype.itemsize <= whole_bytes:  # X_col's bytes
         if x.flags.c_contiguous:  # channels-first in memory, as images come from the data (one channel: either way)
             columns = _columns_of_channels_first(x, kernel, stride, padding, out_shape)
@@ -298,6 +310,7 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     ``dL/dW_col = dZᵀ X_col`` and ``dL/db`` the sum of dZ's rows, as in the plain kernel; X_col is ``columns``
     from :func:`conv2d_forward`, or, when that is None, built again ``chunk_bytes`` at a time from x, dL/dW
     then the sum of the pieces' products (the same sum in another order).  dL/dx: see :func:`_input_delta`.
+    Where the forward pass went row by row (:mod:`sgrad.nn.fast_rows`), ``columns`` is its S, and so does this.
     """
     out_channels, _, kernel_height, kernel_width = weights.shape
     rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
@@ -305,6 +318,14 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     d_bias = _column_sums(flat_rows) if with_bias else None
     if _dense_pays(x.shape, weights.shape, rows.shape[1:3], x.dtype):
         dx, d_weights = fast_small_maps.conv2d_backward(rows, x, weights, stride, padding, input_delta)
+        return dx, d_weights, d_bias
+    if _rows_pay(x.shape, weights.shape, stride, padding, rows.shape[1:3], x.dtype):
+        padded = _padded(x, padding)
+        stacked = columns if columns is not None else fast_rows.conv2d_forward(padded, weights, rows.shape[1:3])[1]
+        d_padded, d_weights = fast_rows.conv2d_backward(rows, stacked, weights, padded.shape, input_delta)
+        height, width = x.shape[2:]
+        dx = None if d_padded is None else (
+            d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2))
         return dx, d_weights, d_bias
     # dL/dW_colᵀ = X_colᵀ dZ, (k_h k_w in_channels, out_channels): the same products as dZᵀ X_col, which the BLAS
     # runs faster this way round
