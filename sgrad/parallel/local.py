@@ -158,7 +158,13 @@ def received_in_background(inbox: Any) -> queue.SimpleQueue[Message]:
 
 
 def exit_with_driver() -> None:
-    """Wait for the driver's process to end; if this worker is still running then, end it at once."""
+    """Wait for the driver's process to end; if this worker is still running then, end it at once.
+
+    The thread takes no signals: the kernel hands Ctrl-C and SIGTERM to a thread that does not block them, and
+    Python runs their handlers in the main thread at once, so this one, never blocking them, would let them through
+    where the main thread holds them back (``sgrad.atomic_files``, while a checkpoint is written).
+    """
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     driver = multiprocessing.parent_process()
     if driver is not None:
         driver.join()
