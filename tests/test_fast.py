@@ -201,16 +201,24 @@ def test_conv2d_on_maps_as_small_as_the_kernel_is_the_plain_kernels(dtype, batch
     plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, stride, padding, True, True)
     mine = fast_kernels.conv2d_backward(dz, x, columns, weights, stride, padding, True, True)
 
-    eps = np.finfo(dtype).eps
-    sizes = {"z": kernel * kernel * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights)) + np.max(np.abs(b)),
-             "dL/dx": kernel * kernel * out_channels * np.max(np.abs(dz)) * np.max(np.abs(weights)),
+    assert_within_rounding("dense", x, weights, b, dz, (z, *mine), (z_plain, *plain))
+
+
+def assert_within_rounding(form, x, weights, b, dz, mine, plain):
+    """z, dL/dx, dL/dW and dL/db of a convolution's ``form`` (mine) against the plain kernels', each within the
+    rounding of a sum of its products' sizes."""
+    out_channels, in_channels, kernel_height, kernel_width = weights.shape
+    taps = kernel_height * kernel_width
+    sizes = {"z": taps * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights)) + np.max(np.abs(b)),
+             "dL/dx": taps * out_channels * np.max(np.abs(dz)) * np.max(np.abs(weights)),
              "dL/dW": dz.size / out_channels * np.max(np.abs(dz)) * np.max(np.abs(x)),
              "dL/db": dz.size / out_channels * np.max(np.abs(dz))}
-    for (name, size), ours, theirs in zip(sizes.items(), (z, *mine), (z_plain, *plain)):
-        assert ours.dtype == dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
+    eps = np.finfo(x.dtype).eps
+    for (name, size), ours, theirs in zip(sizes.items(), mine, plain):
+        assert ours.dtype == x.dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
         difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
         assert difference <= 4 * eps * float(size), (
-            f"{name}: dense (mine) and plain kernel differ by {difference:.2g}, more than rounding")
+            f"{name}: {form} (mine) and plain kernel differ by {difference:.2g}, more than rounding")
 
 
 @given(dtype=dtypes, batch=st.integers(1, 3), in_channels=st.integers(1, 4), out_channels=st.integers(1, 4),
@@ -244,17 +252,7 @@ def test_conv2d_on_narrow_maps_row_by_row_is_the_plain_kernels(dtype, batch, in_
     assert without[0] is None
     np.testing.assert_array_equal(without[1], mine[1], err_msg="dL/dW depends on whether dL/dx is asked for")
 
-    eps = np.finfo(dtype).eps
-    sizes = {"z": kernel_height * kernel_width * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights))
-             + np.max(np.abs(b)),
-             "dL/dx": kernel_height * kernel_width * out_channels * np.max(np.abs(dz)) * np.max(np.abs(weights)),
-             "dL/dW": dz.size / out_channels * np.max(np.abs(dz)) * np.max(np.abs(x)),
-             "dL/db": dz.size / out_channels * np.max(np.abs(dz))}
-    for (name, size), ours, theirs in zip(sizes.items(), (z, *mine), (z_plain, *plain)):
-        assert ours.dtype == dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
-        difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
-        assert difference <= 4 * eps * float(size), (
-            f"{name}: banded (mine) and plain kernel differ by {difference:.2g}, more than rounding")
+    assert_within_rounding("banded", x, weights, b, dz, (z, *mine), (z_plain, *plain))
 
 
 # --- argument_checks.all_finite: np.isfinite(array).all() through a dot product -------------------------------
