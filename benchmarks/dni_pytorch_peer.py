@@ -513,8 +513,8 @@ def step_time(args):
     In each round every sgrad setting takes its turn, then the peer: the ratio of a setting to the first one (one
     interface against every block, say) is measured in the same rounds.  With ``--processes N`` (N > 1) the
     rounds run in N pairs of fresh processes, one pair after the other, each pair's sgrad side a new run of this
-    command: the same code runs a few percent faster or slower from one process to the next (where its arrays
-    lie in memory), and one pair alone would measure that as well.  With ``--out``, write the record: the
+    command: the same code runs a few percent faster or slower from one process to the next, and one pair alone
+    would measure that as well.  With ``--out``, write the record: the
     command, machine, date, load average before and after, and each round's wall and processor seconds per
     step, with the pair each round ran in.
     """

@@ -4,16 +4,14 @@ A training step allocates the same arrays at every step (activations, deltas, gr
 frees them by the end of it.  By default glibc's ``malloc`` hands a large freed block back to the kernel (a block
 of more than its mmap threshold, which starts at 128 KB and follows the largest block freed so far, up to 32 MB;
 or free memory at the heap's top beyond twice that), and the next step takes fresh pages again: the kernel
-zeroes each 4 KB page at its first write, a page fault each.  On the complete unlock of koz4k/dni-pytorch's
-full-unlock example that is about 900 page faults a step, a seventh of its time on this machine
-(``benchmarks/dni_pytorch_peer.py time`` measures the step with and without; see
-``docs/results/complete-unlock.md``).
+zeroes each 4 KB page at its first write, a page fault each, hundreds a step for the MNIST examples
+(``docs/results/complete-unlock.md`` says what it costs there).
 
 :func:`keep_freed_memory` sets both thresholds once, for the whole process: blocks up to ``MMAP_THRESHOLD`` come
 from the heap, and up to ``TRIM_THRESHOLD`` of free memory stays at its top.  The numbers computed do not change;
 the process keeps the memory of its largest step until it ends.  The training loop and the parallel workers call
-it; elsewhere (glibc's ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` environment variables do the same
-for a whole program) it does nothing.
+it.  Off glibc it does nothing.  (glibc's ``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_`` environment
+variables set the same thresholds for a whole program.)
 """
 
 import ctypes
