@@ -251,6 +251,9 @@ def test_conv2d_on_narrow_maps_row_by_row_is_the_plain_kernels(dtype, batch, in_
     without = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, False)
     assert without[0] is None
     np.testing.assert_array_equal(without[1], mine[1], err_msg="dL/dW depends on whether dL/dx is asked for")
+    rebuilt = fast_kernels.conv2d_backward(dz, x, None, weights, 1, padding, True, True)  # S built again from x
+    for ours, again in zip(mine, rebuilt):
+        np.testing.assert_array_equal(again, ours, err_msg="the rows built again give other gradients")
 
     assert_within_rounding("banded", x, weights, b, dz, (z, *mine), (z_plain, *plain))
 

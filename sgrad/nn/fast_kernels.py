@@ -320,10 +320,11 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
         dx, d_weights = fast_small_maps.conv2d_backward(rows, x, weights, stride, padding, input_delta)
         return dx, d_weights, d_bias
     if _rows_pay(x.shape, weights.shape, stride, padding, rows.shape[1:3], x.dtype):
-        padded = _padded(x, padding)
-        stacked = columns if columns is not None else fast_rows.conv2d_forward(padded, weights, rows.shape[1:3])[1]
-        d_padded, d_weights = fast_rows.conv2d_backward(rows, stacked, weights, padded.shape, input_delta)
-        height, width = x.shape[2:]
+        batch, in_channels, height, width = x.shape
+        stacked = columns if columns is not None else fast_rows.stacked_rows(_padded(x, padding), kernel_height,
+                                                                             rows.shape[1])
+        padded_shape = (batch, height + 2 * padding, width + 2 * padding, in_channels)
+        d_padded, d_weights = fast_rows.conv2d_backward(rows, stacked, weights, padded_shape, input_delta)
         dx = None if d_padded is None else (
             d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2))
         return dx, d_weights, d_bias

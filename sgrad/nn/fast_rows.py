@@ -43,7 +43,7 @@ def _band(weights: np.ndarray, padded_width: int, out_width: int) -> np.ndarray:
     return band.reshape(kernel_height * padded_width * in_channels, out_width * out_channels)
 
 
-def _stacked_rows(padded: np.ndarray, kernel_height: int, out_height: int) -> np.ndarray:
+def stacked_rows(padded: np.ndarray, kernel_height: int, out_height: int) -> np.ndarray:
     """S (batch H_out, k_h W_p in_channels) of ``padded`` (batch, H_p, W_p, in_channels), channels-last."""
     batch, _, padded_width, in_channels = padded.shape
     rows = np.empty((batch, out_height, kernel_height, padded_width * in_channels), dtype=padded.dtype)
@@ -58,7 +58,7 @@ def conv2d_forward(padded: np.ndarray, weights: np.ndarray, out_shape: tuple[int
     """``(z, S)``: z (batch, H_out, W_out, out_channels) of ``padded`` (batch, H_p, W_p, in_channels) at stride 1,
     no bias; S, the stacked rows, for :func:`conv2d_backward`."""
     out_height, out_width = out_shape
-    stacked = _stacked_rows(padded, weights.shape[2], out_height)
+    stacked = stacked_rows(padded, weights.shape[2], out_height)
     z = stacked @ _band(weights, padded.shape[2], out_width)
     return z.reshape(padded.shape[0], out_height, out_width, weights.shape[0]), stacked
 
