@@ -139,10 +139,12 @@ def test_conv2d_in_chunks_is_the_plain_kernels(dtype, batch, in_channels, out_ch
                                                kernel_width, stride, padding, bias, chunk_bytes, whole, input_delta,
                                                seed):
     """z, dL/dx, dL/dW and dL/db of the chunked kernels against the plain ones: one example per chunk (1 byte),
-    a few, or the whole batch; X_col kept from the forward pass (whole) or built again in the backward one.  (Narrow
-    maps at stride 1 go row by row instead: see the banded form's test below.)"""
+    a few, or the whole batch; X_col kept from the forward pass (whole) or built again in the backward one.  (Where
+    the rows pay, the convolution goes row by row instead: see the banded form's test below.)"""
     assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
-    assume(not (stride == 1 and width + 2 * padding <= fast_rows.WIDER_AT_MOST * kernel_width))
+    out_width = (width + 2 * padding - kernel_width) // stride + 1
+    assume(not fast_rows.strip_width(in_channels, out_channels, (kernel_height, kernel_width), stride, out_width,
+                                      np.dtype(dtype).itemsize))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, in_channels, height, width)).astype(dtype)
     weights = rng.standard_normal((out_channels, in_channels, kernel_height, kernel_width)).astype(dtype)
@@ -222,14 +224,16 @@ def assert_within_rounding(form, x, weights, b, dz, mine, plain):
 
 
 @given(dtype=dtypes, batch=st.integers(1, 3), in_channels=st.integers(1, 4), out_channels=st.integers(1, 4),
-       height=st.integers(1, 9), width=st.integers(1, 9), kernel_height=st.integers(1, 4),
-       kernel_width=st.integers(2, 4), padding=st.integers(0, 2), channels_last=st.booleans(), seed=seeds)
-def test_conv2d_on_narrow_maps_row_by_row_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width,
-                                                               kernel_height, kernel_width, padding, channels_last,
-                                                               seed):
-    """The banded form (sgrad.nn.fast_rows), taken at stride 1 when the padded width is at most three kernel
-    widths and the maps are larger than the kernel, as the second convolution of the peer's MNIST CNN (8 x 8
-    maps of 10 channels, 5 x 5): z, dL/dx, dL/dW and dL/db, with and without the input delta."""
+       height=st.integers(1, 9), width=st.integers(1, 14), kernel_height=st.integers(1, 4),
+       kernel_width=st.integers(2, 4), padding=st.integers(0, 2), channels_last=st.booleans(),
+       strip_columns=st.sampled_from([1, 2, 3, 6, 8, fast_rows.STRIP_COLUMNS]), seed=seeds)
+def test_conv2d_row_by_row_in_strips_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width,
+                                                          kernel_height, kernel_width, padding, channels_last,
+                                                          strip_columns, seed):
+    """The banded form (sgrad.nn.fast_rows) at stride 1, as the two convolutions of the peer's MNIST CNN (1 to 10
+    channels on 28 x 28 maps, 10 to 20 on 12 x 12, 5 x 5): each output row in strips of s pixels, the smallest
+    divisor of W_out with s out_channels at least ``strip_columns`` (the whole row when none is), while a strip reads
+    at most three kernel widths.  z, dL/dx, dL/dW and dL/db, with and without the input delta."""
     assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
     assume(height * width > kernel_height * kernel_width)  # else the dense form takes it
     rng = np.random.default_rng(seed)
@@ -240,18 +244,24 @@ def test_conv2d_on_narrow_maps_row_by_row_is_the_plain_kernels(dtype, batch, in_
     b = rng.standard_normal(out_channels).astype(dtype)
 
     z_plain, columns_plain = kernels.conv2d_forward(x, weights, b, 1, padding)
-    pays = fast_rows.rows_pay(width, in_channels, out_channels, (kernel_height, kernel_width), 1, padding,
-                              z_plain.shape[3], np.dtype(dtype).itemsize)
-    assert pays == (width + 2 * padding <= 3 * kernel_width)
-    assume(pays)
-    z, columns = fast_kernels.conv2d_forward(x, weights, b, 1, padding)
+    out_width = z_plain.shape[3]
+    strip = fast_rows.strip_width(in_channels, out_channels, (kernel_height, kernel_width), 1, out_width,
+                                  np.dtype(dtype).itemsize, strip_columns=strip_columns)
+    divisors = [s for s in range(1, out_width + 1) if out_width % s == 0]
+    expected = min([s for s in divisors if s * out_channels >= strip_columns], default=out_width)
+    assert strip == (expected if expected + kernel_width - 1 <= 3 * kernel_width else 0)
+    assume(strip)
+    options = dict(strip_columns=strip_columns)
+    z, columns = fast_kernels.conv2d_forward(x, weights, b, 1, padding, **options)
+    assert columns is not None and columns.shape == (batch * z.shape[2] * out_width // strip,
+                                                     kernel_height * (strip + kernel_width - 1) * in_channels)
     dz = rng.standard_normal(z_plain.shape).astype(dtype)
     plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, 1, padding, True, True)
-    mine = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, True)
-    without = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, False)
+    mine = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, True, **options)
+    without = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, False, **options)
     assert without[0] is None
     np.testing.assert_array_equal(without[1], mine[1], err_msg="dL/dW depends on whether dL/dx is asked for")
-    rebuilt = fast_kernels.conv2d_backward(dz, x, None, weights, 1, padding, True, True)  # S built again from x
+    rebuilt = fast_kernels.conv2d_backward(dz, x, None, weights, 1, padding, True, True, **options)  # S from x again
     for ours, again in zip(mine, rebuilt):
         np.testing.assert_array_equal(again, ours, err_msg="the rows built again give other gradients")
 

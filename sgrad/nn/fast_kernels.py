@@ -242,12 +242,12 @@ def _dense_pays(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], ou
                                       (kernel_height, kernel_width), out_shape, dtype.itemsize)
 
 
-def _rows_pay(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], stride: int, padding: int,
-              out_shape: tuple[int, int], dtype: np.dtype) -> bool:
-    """:func:`sgrad.nn.fast_rows.rows_pay` for x of ``input_shape`` and weights of ``weights_shape``."""
+def _strip_width(weights_shape: tuple[int, ...], stride: int, out_shape: tuple[int, int], dtype: np.dtype,
+                 strip_columns: int) -> int:
+    """:func:`sgrad.nn.fast_rows.strip_width` for weights of ``weights_shape``: 0 where the rows do not pay."""
     out_channels, in_channels, kernel_height, kernel_width = weights_shape
-    return fast_rows.rows_pay(input_shape[3], in_channels, out_channels, (kernel_height, kernel_width), stride,
-                              padding, out_shape[1], dtype.itemsize)
+    return fast_rows.strip_width(in_channels, out_channels, (kernel_height, kernel_width), stride, out_shape[1],
+                                 dtype.itemsize, strip_columns=strip_columns)
 
 
 def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: int, padding: int,
@@ -269,8 +269,8 @@ def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: i
 
 
 def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, stride: int, padding: int, *,
-                   whole_bytes: int = WHOLE_BYTES, chunk_bytes: int = CHUNK_BYTES
-                   ) -> tuple[np.ndarray, np.ndarray | None]:
+                   whole_bytes: int = WHOLE_BYTES, chunk_bytes: int = CHUNK_BYTES,
+                   strip_columns: int = fast_rows.STRIP_COLUMNS) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`sgrad.nn.kernels.conv2d_forward`, ``Z = X_col W_colᵀ + b``, a few examples at a time: ``(z, X_col or None)``.
 
     When the im2col matrix X_col is at most ``whole_bytes``, it is built whole, as the plain kernel does, and
@@ -278,8 +278,9 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     memory, each piece multiplied while it is still in the cache, and None is returned:
     :func:`conv2d_backward` builds the pieces again (twice the copying, but in the cache, and cheaper than one
     pass through main memory).  On maps not much larger than the kernel, no X_col at all: see
-    :mod:`sgrad.nn.fast_small_maps`; on narrow maps at stride 1, the rows S of :mod:`sgrad.nn.fast_rows`, returned
-    in X_col's place.  z is (batch, out_channels, H_out, W_out), channels-last in memory.
+    :mod:`sgrad.nn.fast_small_maps`; at stride 1 with few output channels or on narrow maps, the rows S of
+    :mod:`sgrad.nn.fast_rows` (in strips of s output pixels, ``strip_columns`` wide), returned in X_col's place.
+    z is (batch, out_channels, H_out, W_out), channels-last in memory.
     """
     kernel = weights.shape[2:]
     out_shape = ((x.shape[2] + 2 * padding - kernel[0]) // stride + 1, (x.shape[3] + 2 * padding - kernel[1]) // stride + 1)
@@ -287,8 +288,8 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     columns = None
     if _dense_pays(x.shape, weights.shape, out_shape, x.dtype):
         z = fast_small_maps.conv2d_forward(x, weights, stride, padding, out_shape)
-    elif _rows_pay(x.shape, weights.shape, stride, padding, out_shape, x.dtype):
-        z, columns = fast_rows.conv2d_forward(_padded(x, padding), weights, out_shape)  # columns: the stacked rows S
+    elif strip := _strip_width(weights.shape, stride, out_shape, x.dtype, strip_columns):
+        z, columns = fast_rows.conv2d_forward(_padded(x, padding), weights, out_shape, strip)  # columns: S
     elif x.shape[0] * out_shape[0] * out_shape[1] * w_col_t.shape[0] * x.dtype.itemsize <= whole_bytes:  # X_col's bytes
         if x.flags.c_contiguous:  # channels-first in memory, as images come from the data (one channel: either way)
             columns = _columns_of_channels_first(x, kernel, stride, padding, out_shape)
@@ -303,14 +304,16 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
 
 
 def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, weights: np.ndarray, stride: int,
-                    padding: int, with_bias: bool, input_delta: bool = True, *, chunk_bytes: int = CHUNK_BYTES
+                    padding: int, with_bias: bool, input_delta: bool = True, *, chunk_bytes: int = CHUNK_BYTES,
+                    strip_columns: int = fast_rows.STRIP_COLUMNS
                     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
     """:func:`sgrad.nn.kernels.conv2d_backward`, ``(dL/dx, dL/dW, dL/db)``, a few examples at a time.
 
     ``dL/dW_col = dZᵀ X_col`` and ``dL/db`` the sum of dZ's rows, as in the plain kernel; X_col is ``columns``
     from :func:`conv2d_forward`, or, when that is None, built again ``chunk_bytes`` at a time from x, dL/dW
     then the sum of the pieces' products (the same sum in another order).  dL/dx: see :func:`_input_delta`.
-    Where the forward pass went row by row (:mod:`sgrad.nn.fast_rows`), ``columns`` is its S, and so does this.
+    Where the forward pass went row by row (:mod:`sgrad.nn.fast_rows`, with the same ``strip_columns``), ``columns``
+    is its S, and so does this.
     """
     out_channels, _, kernel_height, kernel_width = weights.shape
     rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
@@ -319,12 +322,12 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     if _dense_pays(x.shape, weights.shape, rows.shape[1:3], x.dtype):
         dx, d_weights = fast_small_maps.conv2d_backward(rows, x, weights, stride, padding, input_delta)
         return dx, d_weights, d_bias
-    if _rows_pay(x.shape, weights.shape, stride, padding, rows.shape[1:3], x.dtype):
+    if strip := _strip_width(weights.shape, stride, rows.shape[1:3], x.dtype, strip_columns):
         batch, in_channels, height, width = x.shape
-        stacked = columns if columns is not None else fast_rows.stacked_rows(_padded(x, padding), kernel_height,
-                                                                             rows.shape[1])
+        stacked = columns if columns is not None else fast_rows.stacked_rows(
+            _padded(x, padding), (kernel_height, kernel_width), rows.shape[1:3], strip)
         padded_shape = (batch, height + 2 * padding, width + 2 * padding, in_channels)
-        d_padded, d_weights = fast_rows.conv2d_backward(rows, stacked, weights, padded_shape, input_delta)
+        d_padded, d_weights = fast_rows.conv2d_backward(rows, stacked, weights, padded_shape, strip, input_delta)
         dx = None if d_padded is None else (
             d_padded[:, padding:padding + height, padding:padding + width].transpose(0, 3, 1, 2))
         return dx, d_weights, d_bias
