@@ -73,8 +73,11 @@ def test_sgd_step_on_paper_widths_tracks_the_plain_loop_for_many_steps():
     losses = np.array(losses)
     assert losses[-1, 1] < 0.2 * losses[0, 1]  # it learns the batch
     np.testing.assert_allclose(losses[:, 1], losses[:, 0], rtol=1e-4)
+    # The two round apart; where a unit's z lies within that rounding of 0, it can be on for an example in one loop
+    # and off in the other, and from then on a weight can differ by that example's share of a step's gradient,
+    # alpha |h| |dz| / batch, where a wrong update would differ by whole steps.
     for ours, theirs in zip(fast, plain):
-        np.testing.assert_allclose(ours.weights, theirs.weights, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(ours.weights, theirs.weights, rtol=1e-4, atol=1e-4)
 
 
 def test_a_plain_step_can_follow_a_fast_one():

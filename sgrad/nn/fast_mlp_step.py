@@ -13,8 +13,9 @@ The plain step is the loop a student writes from the blog post::
         layer.update(alpha)
 
 :func:`sgd_step` does the same arithmetic on the same layers and leaves them as that loop does, faster: it checks
-its arguments once instead of once per call, computes ReLU and its derivative in place, sums the bias
-gradients in the BLAS, and takes each layer's SGD step as one product added to its weights.
+its arguments once instead of once per call, computes ReLU and its derivative in place, and takes each layer's
+SGD step, weights and bias, as one product added to them (:func:`sgrad.nn.blas.add_product`: no product array,
+no scaled copy of the batch).
 ``tests/test_fast_mlp_step.py`` checks it against the loop above; ``benchmarks/layer_step.py`` times both
 against PyTorch.  Read :mod:`sgrad.nn.layers` and :mod:`sgrad.nn.kernels` for the maths.
 """
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import argument_checks
+from .blas import add_product
 from .layers import Layer
 from .nonlinearities import identity, relu
 from .optimizers import SGD
@@ -69,9 +71,7 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     delta *= 1.0 / batch
 
     # Backward: dz = dh ⊙ f'(h), dh_below = dz Wᵀ (not for the bottom layer), with the weights before the step;
-    # then SGD, W -= alpha hᵀ dz and b -= alpha 1ᵀ dz, taken as W += hᵀ (-alpha dz): scaling the batch-sized dz
-    # instead of the weight-sized gradient leaves one product added in place.
-    minus_alpha = x.dtype.type(-alpha)
+    # then SGD, W -= alpha hᵀ dz and b -= alpha 1ᵀ dz, each one product added in place.
     for k in range(len(layers) - 1, -1, -1):
         layer = layers[k]
         if layer.nonlin is relu:
@@ -80,10 +80,9 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
             delta *= layer.nonlin_deriv(outputs[k])
         layer.weight_output_delta = delta
         below = delta @ layer.weights.T if k else None
-        scaled = delta * minus_alpha
-        layer.weights += inputs[k].T @ scaled
+        add_product(layer.weights, inputs[k].T, delta, -alpha)
         if layer.bias is not None:
-            layer.bias += ones @ scaled
+            add_product(layer.bias.reshape(1, -1), ones.reshape(1, -1), delta, -alpha)
         layer.weights_grad = layer.bias_grad = None
         layer.mark_stepped()
         delta = below
