@@ -44,31 +44,35 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     batch = x.shape[0]
     ones = np.ones(batch, dtype=x.dtype)
 
-    # Forward: z = h W + b, h' = f(z), ReLU in place on the fresh z.
+    # Forward: z = h W + b, h' = f(z), ReLU in place on the fresh z.  The top layer's z is computed transposed,
+    # zᵀ = Wᵀ hᵀ (classes, batch), so that the softmax's sums over a few classes run along rows of the batch.
     inputs, outputs, h = [], [], x
-    for layer in layers:
+    for k, layer in enumerate(layers):
         inputs.append(h)
-        z = h @ layer.weights
+        top = k == len(layers) - 1
+        z = (layer.weights.T @ h.T).T if top else h @ layer.weights
         if layer.bias is not None:
             z += layer.bias
         h = np.maximum(z, 0, out=z) if layer.nonlin is relu else layer.nonlin(z)
         outputs.append(h)
         layer.input, layer.output = inputs[-1], h
 
-    # Softmax cross-entropy, its gradient built in one array: (softmax(h) - onehot) / batch.
+    # Softmax cross-entropy, its gradient built in one array: (softmax(h) - onehot) / batch, on hᵀ (classes, batch).
     # L = mean over the batch of log Σ exp(s) - s[label], with s = h - max(h) so that exp cannot overflow.
-    delta = h - h.max(axis=1, keepdims=True)
-    rows = np.arange(batch)
-    picked = delta[rows, labels]
-    np.exp(delta, out=delta)
-    sums = delta.sum(axis=1, keepdims=True)
-    loss = float(np.mean(np.log(sums[:, 0]) - picked))
+    h_t = h.T
+    delta_t = h_t - h_t.max(axis=0)
+    columns = np.arange(batch)
+    picked = delta_t[labels, columns]
+    np.exp(delta_t, out=delta_t)
+    sums = delta_t.sum(axis=0)
+    loss = float(np.mean(np.log(sums) - picked))
     if not np.isfinite(loss):
         raise ValueError(f"the loss is {loss} before any layer has stepped: an activation overflowed; lower the "
                          "learning rate, or check the data")
-    delta /= sums
-    delta[rows, labels] -= 1
-    delta *= 1.0 / batch
+    delta_t /= sums
+    delta_t[labels, columns] -= 1
+    delta_t *= 1.0 / batch
+    delta = delta_t.T
 
     # Backward: dz = dh ⊙ f'(h), dh_below = dz Wᵀ (not for the bottom layer), with the weights before the step;
     # then SGD, W -= alpha hᵀ dz and b -= alpha 1ᵀ dz, each one product added in place.
