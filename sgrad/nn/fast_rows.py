@@ -1,5 +1,5 @@
 """A speed trick for stride-1 convolutions with few output channels or on narrow maps: the convolution row by row,
-each output row cut into strips of s pixels, as one product with a matrix banded along the width.
+each output row cut into strips of s pixels, as one product with a matrix banded along the strip.
 
 Output pixel (y, x) reads input rows y + i, i = 0 … k_h - 1, of the padded input x_p, at columns x … x + k_w - 1.
 A strip of s output pixels, x = t s … t s + s - 1, reads the s + k_w - 1 input columns from t s on.  With those
@@ -35,7 +35,7 @@ def strip_width(in_channels: int, out_channels: int, kernel: tuple[int, int], st
     """s, the output pixels per strip, or 0 where the rows do not pay.
 
     At stride 1: with fewer than ``NARROW`` output channels, the smallest divisor s of W_out with s out_channels at
-    least ``strip_columns`` (W_out when none is); with more, whole rows, s = W_out.  The rows pay while N multiplies
+    least ``strip_columns`` (W_out when none is); from ``NARROW`` on, whole rows, s = W_out.  The rows pay while N multiplies
     at most ``WIDER_AT_MOST`` times W_col's numbers per output pixel (s + k_w - 1 <= WIDER_AT_MOST k_w; for whole
     rows, a padded width of at most WIDER_AT_MOST k_w) and N is at most ``BAND_BYTES``.
     """
