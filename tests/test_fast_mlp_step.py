@@ -123,3 +123,26 @@ def test_bad_input_is_refused_before_any_layer_changes(case):
     for (weights, input), layer in zip(before, [layer for layer in layers if isinstance(layer, Layer)]):
         np.testing.assert_array_equal(layer.weights, weights)
         assert layer.input is input
+
+
+def test_sgd_step_steps_weights_and_biases_that_are_views_in_place():
+    """A layer whose weights and bias are views into larger arrays (neither C- nor F-contiguous, so the product is
+    added the NumPy way) steps them where they are, as the plain loop does."""
+    rng = np.random.default_rng(3)
+    plain = stack([5, 4, 3], ["relu", "identity"], True, np.float64, 0)
+    fast = stack([5, 4, 3], ["relu", "identity"], True, np.float64, 0)
+    bases = []
+    for layer in fast:
+        wide_weights = np.zeros((layer.weights.shape[0], 2 * layer.weights.shape[1]))
+        wide_weights[:, ::2] = layer.weights
+        wide_bias = np.zeros(2 * layer.bias.shape[0])
+        wide_bias[::2] = layer.bias
+        layer.weights, layer.bias = wide_weights[:, ::2], wide_bias[::2]
+        bases.append((wide_weights, wide_bias))
+    x, labels = rng.standard_normal((6, 5)), rng.integers(0, 3, 6)
+    plain_step(plain, x, labels, 0.5)
+    sgd_step(fast, x, labels, 0.5)
+    for theirs, (wide_weights, wide_bias) in zip(plain, bases):
+        np.testing.assert_allclose(wide_weights[:, ::2], theirs.weights, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(wide_bias[::2], theirs.bias, rtol=1e-12, atol=1e-12)
+        assert not wide_weights[:, 1::2].any() and not wide_bias[1::2].any()  # nothing written between them

@@ -13,7 +13,8 @@ The plain step is the loop a student writes from the blog post::
         layer.update(alpha)
 
 :func:`sgd_step` does the same arithmetic on the same layers and leaves them as that loop does, faster: it checks
-its arguments once instead of once per call, computes ReLU and its derivative in place, and takes each layer's
+its arguments once instead of once per call, computes ReLU and its derivative in place, computes the top layer
+and the softmax transposed (the sums over a few classes then run along rows of the batch), and takes each layer's
 SGD step, weights and bias, as one product added to them (:func:`sgrad.nn.blas.add_product`: no product array,
 no scaled copy of the batch).
 ``tests/test_fast_mlp_step.py`` checks it against the loop above; ``benchmarks/layer_step.py`` times both
