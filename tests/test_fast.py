@@ -5,6 +5,7 @@ a trick that warns where the plain formula is silent is not the same function.
 """
 
 import numpy as np
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from strategies import (dtypes, long_batches, seeds, widths)
@@ -266,6 +267,28 @@ def test_conv2d_row_by_row_in_strips_is_the_plain_kernels(dtype, batch, in_chann
         np.testing.assert_array_equal(again, ours, err_msg="the rows built again give other gradients")
 
     assert_within_rounding("banded", x, weights, b, dz, (z, *mine), (z_plain, *plain))
+
+
+@pytest.mark.parametrize(("out_channels", "width", "padding", "strip"), [
+    (fast_rows.NARROW - 1, 8, 2, 4),  # strips: the smallest divisor s of W_out = 8 with 31 s >= 64
+    (fast_rows.NARROW, 8, 2, 8),      # from NARROW on, whole rows while the padded width is at most 3 k_w
+    (fast_rows.NARROW, 12, 2, 0),     # a padded width of 16: no rows
+    (fast_rows.NARROW - 1, 27, 0, 0),  # W_out = 23, a prime: s = 23, whole rows that read more than 3 k_w
+])
+def test_conv2d_takes_strips_below_narrow_and_whole_rows_from_it_on(out_channels, width, padding, strip):
+    rng = np.random.default_rng(out_channels + width)
+    x = rng.standard_normal((2, 3, 6, width))
+    weights = rng.standard_normal((out_channels, 3, 5, 5))
+    b = rng.standard_normal(out_channels)
+    z_plain, columns_plain = kernels.conv2d_forward(x, weights, b, 1, padding)
+    assert fast_rows.strip_width(3, out_channels, (5, 5), 1, z_plain.shape[3], x.itemsize) == strip
+    z, columns = fast_kernels.conv2d_forward(x, weights, b, 1, padding)
+    if strip:
+        assert columns.shape == (2 * z.shape[2] * z.shape[3] // strip, 5 * (strip + 4) * 3)
+    dz = rng.standard_normal(z_plain.shape)
+    plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, 1, padding, True, True)
+    mine = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, True)
+    assert_within_rounding("banded" if strip else "im2col", x, weights, b, dz, (z, *mine), (z_plain, *plain))
 
 
 # --- argument_checks.all_finite: np.isfinite(array).all() through a dot product -------------------------------
