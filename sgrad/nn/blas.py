@@ -16,6 +16,9 @@ import pathlib
 import numpy as np
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # CBLAS_ORDER and CBLAS_TRANSPOSE values
+# Numbers in c below which the NumPy expression runs instead: on a small c, the passes the one call saves cost less
+# than the call through ctypes itself.
+SMALL = 1 << 14
 
 
 @functools.cache
@@ -55,8 +58,9 @@ def _operand(a: np.ndarray) -> tuple[int, int] | None:
 def add_product(c: np.ndarray, a: np.ndarray, b: np.ndarray, alpha: float) -> None:
     """``c += alpha * (a @ b)`` in place, for 2-D a (m, k), b (k, n) and c (m, n) of one floating dtype.
 
-    One BLAS call where :func:`available` and the arrays allow it (c C-contiguous and not sharing memory with
-    a or b, which are each C- or F-contiguous), else the NumPy expression; the same numbers up to rounding.
+    One BLAS call where :func:`available` and the arrays allow it (c C-contiguous, of at least ``SMALL`` numbers and
+    not sharing memory with a or b, which are each C- or F-contiguous), else the NumPy expression; the same numbers
+    up to rounding.
     """
     if not all(isinstance(x, np.ndarray) and x.ndim == 2 and x.dtype.kind == "f" for x in (c, a, b)):
         raise TypeError("add_product needs 2-D floating-point arrays c, a and b; got "
@@ -70,7 +74,7 @@ def add_product(c: np.ndarray, a: np.ndarray, b: np.ndarray, alpha: float) -> No
     op_a, op_b = _operand(a), _operand(b)
     gemm = _gemm(c.dtype) if c.dtype in (np.float32, np.float64) else None
     if (gemm is None or op_a is None or op_b is None or not c.flags.c_contiguous or not c.flags.writeable
-            or 0 in (m, n, k) or np.may_share_memory(c, a) or np.may_share_memory(c, b)):
+            or c.size < SMALL or k == 0 or np.may_share_memory(c, a) or np.may_share_memory(c, b)):
         c += a @ b if alpha == 1 else alpha * (a @ b)
         return
     gemm(_ROW_MAJOR, op_a[0], op_b[0], m, n, k, alpha, a.ctypes.data, op_a[1], b.ctypes.data, op_b[1], 1.0,

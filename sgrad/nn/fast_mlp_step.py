@@ -15,8 +15,8 @@ The plain step is the loop a student writes from the blog post::
 :func:`sgd_step` does the same arithmetic on the same layers and leaves them as that loop does, faster: it checks
 its arguments once instead of once per call, computes ReLU and its derivative in place, computes the top layer
 and the softmax transposed (the sums over a few classes then run along rows of the batch), and takes each layer's
-SGD step, weights and bias, as one product added to them (:func:`sgrad.nn.blas.add_product`: no product array,
-no scaled copy of the batch).
+SGD step on its weights as one product added to them (:func:`sgrad.nn.blas.add_product`: no product array, no
+scaled copy of the batch).
 ``tests/test_fast_mlp_step.py`` checks it against the loop above; ``benchmarks/layer_step.py`` times both
 against PyTorch.  Read :mod:`sgrad.nn.layers` and :mod:`sgrad.nn.kernels` for the maths.
 """
@@ -76,7 +76,8 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
     delta = delta_t.T
 
     # Backward: dz = dh ⊙ f'(h), dh_below = dz Wᵀ (not for the bottom layer), with the weights before the step;
-    # then SGD, W -= alpha hᵀ dz and b -= alpha 1ᵀ dz, each one product added in place.
+    # then SGD, W -= alpha hᵀ dz, one product added in place, and b -= alpha 1ᵀ dz.
+    minus_alpha = x.dtype.type(-alpha)
     for k in range(len(layers) - 1, -1, -1):
         layer = layers[k]
         if layer.nonlin is relu:
@@ -87,7 +88,7 @@ def sgd_step(layers: Sequence[Layer], x: np.ndarray, labels: np.ndarray, alpha: 
         below = delta @ layer.weights.T if k else None
         add_product(layer.weights, inputs[k].T, delta, -alpha)
         if layer.bias is not None:
-            add_product(layer.bias.reshape(1, -1), ones.reshape(1, -1), delta, -alpha)
+            layer.bias += (ones @ delta) * minus_alpha
         layer.weights_grad = layer.bias_grad = None
         layer.mark_stepped()
         delta = below
