@@ -5,8 +5,8 @@ besides the product.  The BLAS routine ``gemm`` computes ``C = alpha A B + beta 
 wheels ship OpenBLAS with its C interface (``cblas_sgemm``, ``cblas_dgemm``) under their own names, but NumPy
 does not expose ``beta``.  :func:`add_product` calls that routine through :mod:`ctypes` where it finds it (NumPy
 built against ``scipy-openblas`` with 64-bit integers, as its Linux wheels are), on arrays it can hand over
-as they are, and otherwise runs the NumPy expression.  ``tests/test_blas.py`` checks the two against each other,
-and that this machine's NumPy takes the BLAS path.
+as they are and large enough to gain by it (``SMALL``), and otherwise runs the NumPy expression.
+``tests/test_blas.py`` checks the two against each other, and that this machine's NumPy takes the BLAS path.
 """
 
 import ctypes
