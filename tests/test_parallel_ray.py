@@ -3,6 +3,7 @@ the Ray it starts itself, it shuts down.  Skipped where Ray is not installed (sg
 
 import os
 import pathlib
+import random
 import signal
 import time
 
@@ -12,6 +13,7 @@ import pytest
 from sgrad.experiments.mnist import PaperConfig, build_network, summed_cross_entropy, train_paper
 from sgrad.nn.checkpoint import load_checkpoint, network_state
 from sgrad.parallel import WorkerFailed, train_parallel
+from sgrad.parallel.messages import Report
 from sgrad.parallel.ray_engine import DIRECT_MESSAGES, LOOPBACK_ONLY, RayEngine, connect
 
 os.environ.update(LOOPBACK_ONLY)  # before Ray loads: the tests' Ray listens on 127.0.0.1 only
@@ -156,3 +158,49 @@ def test_the_ray_sgrad_starts_passes_a_workers_messages_inside_its_calls(local_r
     message = 256 * 256 * 4 + 256 * 10 * 4  # h of a batch of 256 (float32), and its one-hot labels
     assert int(ray.get(setting.remote())) == int(DIRECT_MESSAGES["RAY_max_direct_call_object_size"]) > message
     assert "RAY_max_direct_call_object_size" not in os.environ  # set only while that Ray started
+
+
+class Chatty:
+    """A worker that reports every millisecond, ``count`` times, and is done."""
+
+    def __init__(self, index, count):
+        self.index, self.count = index, count
+        self.first_layer, self.layers, self.is_top = index, [None], index == 1
+
+    def run(self, inbox, send, report):
+        for step in range(self.count):
+            report(Report("evaluation", self.index, step))
+            time.sleep(0.001)
+        report(Report("done", self.index))
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def test_ctrl_c_during_next_report_leaves_ray_no_error_to_print_as_unhandled(local_ray, capfd, caplog):
+    """Ctrl-C (and SIGTERM, which the command line turns into it) may come while the driver waits on a call of
+    Ray's; the call's answer is then never read.  Ray prints such an answer, if it is an error, when it is
+    dropped: it must never be one."""
+    engine, rng, interrupted = RayEngine(), random.Random(0), 0
+    before = signal.signal(signal.SIGALRM, interrupt)
+    engine.start([Chatty(0, 100_000), Chatty(1, 100_000)])
+    try:
+        for _ in range(1000):
+            try:
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0001, 0.003))
+                while True:
+                    engine.next_report(0.5)
+            except KeyboardInterrupt:
+                interrupted += 1
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        workers = {engine.next_report(0.5).worker for _ in range(50)}  # it goes on as if nothing came
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+        engine.stop()
+    time.sleep(1.0)  # Ray prints an unread error from a thread of its own
+    said = capfd.readouterr().err + "\n".join(record.getMessage() for record in caplog.records)  # Ray's logger
+    assert "Unhandled error" not in said
+    assert interrupted == 1000 and workers == {0, 1}
+    assert all_cpus_free()

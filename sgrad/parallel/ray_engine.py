@@ -9,9 +9,11 @@ process is already connected to a Ray, that one is used and left running.  Each 
 with one BLAS thread, asking ``cpus_per_worker`` CPUs of the cluster.  A worker sends a message to
 its neighbour by calling the neighbour's ``deliver`` (Ray carries the arrays, through its object
 store when they are larger than it passes inside a call); the neighbour's loop, on another thread of
-the actor, takes it from a ``queue.Queue``.  Reports go to the driver through a ``ray.util.queue.Queue``.
+the actor, takes it from a ``queue.Queue``.  Reports go to the driver through one more actor,
+:class:`Reports`, which hands the driver all it holds at once.
 """
 
+import asyncio
 import collections
 import contextlib
 import copy
@@ -61,10 +63,41 @@ class Mailbox:
         self.inbox.put(message)
 
     def run(self, neighbours: dict[int, Any], reports: Any) -> None:
+        import ray
+
         def send(j: int, message: Message) -> None:
             neighbours[j].deliver.remote(message)
 
-        self.worker.run(self.inbox, send, reports.put)
+        def report(item: Report) -> None:  # in the actor before the run goes on, so before the run ends
+            ray.get(reports.put.remote(item))
+
+        self.worker.run(self.inbox, send, report)
+
+
+class Reports:
+    """The actor that holds the workers' reports until the driver takes them: all of them at once, in ``take``.
+
+    No call of it ends in an error while it lives (``take`` with nothing to hand answers ``[]``, where
+    ``ray.util.queue.Queue`` raises ``Empty``), so a call whose answer the driver never reads (Ctrl-C or
+    SIGTERM came during it) leaves no error for Ray to print as unhandled.
+    """
+
+    def __init__(self) -> None:
+        self.held: list[Report] = []
+        self.arrived = asyncio.Event()
+
+    async def put(self, report: Report) -> None:
+        self.held.append(report)
+        self.arrived.set()
+
+    async def take(self, timeout: float) -> list[Report]:
+        """Every report held, in the order they came; waits up to ``timeout`` seconds for one if none is."""
+        if not self.held:
+            self.arrived.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), timeout)
+        taken, self.held = self.held, []
+        return taken
 
 
 class RayEngine(Engine):
@@ -79,13 +112,12 @@ class RayEngine(Engine):
         self.runs: dict[Any, Any] = {}
         self.pending: collections.deque = collections.deque()
         self.reports: Any = None
+        self.taking: Any = None  # the driver's call of ``Reports.take`` until its answer is read
 
     def start(self, workers: list[Any]) -> None:
         needed = len(workers) * self.cpus_per_worker
         self.owns_ray = connect(self.address, cpus=int(needed + 0.999))
         ray = import_ray()
-        from ray.util.queue import Queue
-
         cpus = ray.cluster_resources().get("CPU", 0)
         if cpus < needed:
             raise ValueError(f"the Ray cluster has {cpus:g} CPUs, but {len(workers)} workers of {self.cpus_per_worker:g} "
@@ -93,25 +125,22 @@ class RayEngine(Engine):
         actor = ray.remote(Mailbox).options(num_cpus=self.cpus_per_worker, max_concurrency=2,
                                             runtime_env={"env_vars": WORKER_ENVIRONMENT})
         self.actors = [actor.remote(worker) for worker in workers]
-        self.reports = Queue()
+        self.reports = ray.remote(Reports).options(num_cpus=0).remote()
         for worker in workers:
             neighbours = {j: self.actors[j] for j in (worker.index - 1, worker.index + 1) if 0 <= j < len(workers)}
             self.runs[self.actors[worker.index].run.remote(neighbours, self.reports)] = worker
 
     def next_report(self, timeout: float) -> Report | None:
         import ray
-        from ray.util.queue import Empty
 
-        # A run's reports are in the queue before it ends: look at the ended runs first, then at the queue.
+        # A run's reports are in the Reports actor before it ends: look at the ended runs first, then take them.
         try:
             ended, _ = ray.wait(list(self.runs), num_returns=len(self.runs), timeout=0)
-            if not self.pending and not ended:
-                self.pending.append(self.reports.get(timeout=timeout))
-            while True:
-                self.pending.append(self.reports.get_nowait())
-        except Empty:
-            pass
-        except ray.exceptions.RayError as error:  # the queue's actor, or Ray itself, is gone: a raylet died
+            wait = 0.0 if self.pending or ended else timeout
+            self.taking = self.reports.take.remote(wait)
+            self.pending.extend(ray.get(self.taking, timeout=wait + ANSWER_TIMEOUT))
+            self.taking = None
+        except ray.exceptions.RayError as error:  # the reports' actor, or Ray itself, is gone: a raylet died
             raise WorkerFailed(f"the Ray cluster failed under the workers: {summary(error)}") from None
         if self.pending:
             return self.pending.popleft()
@@ -140,8 +169,11 @@ class RayEngine(Engine):
                 with contextlib.suppress(ray.exceptions.RayError):
                     ray.get(run)
             if self.reports is not None:
-                self.reports.shutdown()
-        self.actors, self.runs = [], {}
+                ray.kill(self.reports)
+            if self.taking is not None:  # a take that a signal interrupted: its answer, or its actor's end, read
+                with contextlib.suppress(ray.exceptions.RayError):
+                    ray.get(self.taking, timeout=STOP_TIMEOUT)
+        self.actors, self.runs, self.reports, self.taking = [], {}, None, None
         if self.owns_ray:
             with _ray_kept_quiet():
                 ray.shutdown()
