@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from strategies import (dtypes, long_batches, seeds, widths)
 
 from sgrad import argument_checks
-from sgrad.nn import fast_kernels, fast_rows, fast_small_maps, kernels
+from sgrad.nn import fast_dft, fast_kernels, fast_rows, fast_small_maps, kernels
 
 # --- batchnorm_backward: kernels.batchnorm_backward in place --------------------------------------
 
@@ -146,6 +146,7 @@ def test_conv2d_in_chunks_is_the_plain_kernels(dtype, batch, in_channels, out_ch
     out_width = (width + 2 * padding - kernel_width) // stride + 1
     assume(not fast_rows.strip_width(in_channels, out_channels, (kernel_height, kernel_width), stride, out_width,
                                       np.dtype(dtype).itemsize))
+    assume(not fast_dft.pays(in_channels, out_channels, (kernel_height, kernel_width), stride, (height, width), padding))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, in_channels, height, width)).astype(dtype)
     weights = rng.standard_normal((out_channels, in_channels, kernel_height, kernel_width)).astype(dtype)
@@ -207,9 +208,9 @@ def test_conv2d_on_maps_as_small_as_the_kernel_is_the_plain_kernels(dtype, batch
     assert_within_rounding("dense", x, weights, b, dz, (z, *mine), (z_plain, *plain))
 
 
-def assert_within_rounding(form, x, weights, b, dz, mine, plain):
+def assert_within_rounding(form, x, weights, b, dz, mine, plain, factor=1):
     """z, dL/dx, dL/dW and dL/db of a convolution's ``form`` (mine) against the plain kernels', each within the
-    rounding of a sum of its products' sizes."""
+    rounding of a sum of its products' sizes (times ``factor``: the frame's pixels, for the frequency domain)."""
     out_channels, in_channels, kernel_height, kernel_width = weights.shape
     taps = kernel_height * kernel_width
     sizes = {"z": taps * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights)) + np.max(np.abs(b)),
@@ -220,7 +221,7 @@ def assert_within_rounding(form, x, weights, b, dz, mine, plain):
     for (name, size), ours, theirs in zip(sizes.items(), mine, plain):
         assert ours.dtype == x.dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
         difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
-        assert difference <= 4 * eps * float(size), (
+        assert difference <= 4 * eps * factor * float(size), (
             f"{name}: {form} (mine) and plain kernel differ by {difference:.2g}, more than rounding")
 
 
@@ -237,6 +238,7 @@ def test_conv2d_row_by_row_in_strips_is_the_plain_kernels(dtype, batch, in_chann
     at most three kernel widths.  z, dL/dx, dL/dW and dL/db, with and without the input delta."""
     assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
     assume(height * width > kernel_height * kernel_width)  # else the dense form takes it
+    assume(not fast_dft.pays(in_channels, out_channels, (kernel_height, kernel_width), 1, (height, width), padding))
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((batch, height, width, in_channels) if channels_last else
                             (batch, in_channels, height, width)).astype(dtype)
@@ -289,6 +291,98 @@ def test_conv2d_takes_strips_below_narrow_and_whole_rows_from_it_on(out_channels
     plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, 1, padding, True, True)
     mine = fast_kernels.conv2d_backward(dz, x, columns, weights, 1, padding, True, True)
     assert_within_rounding("banded" if strip else "im2col", x, weights, b, dz, (z, *mine), (z_plain, *plain))
+
+
+@given(dtype=dtypes, batch=st.integers(1, 3), in_channels=st.integers(1, 4), out_channels=st.integers(1, 4),
+       height=st.integers(1, 9), width=st.integers(1, 9), kernel_height=st.integers(1, 5),
+       kernel_width=st.integers(1, 5), padding=st.integers(0, 4), channels_last=st.booleans(),
+       input_delta=st.booleans(), seed=seeds)
+def test_conv2d_in_the_frequency_domain_is_the_plain_kernels(dtype, batch, in_channels, out_channels, height, width,
+                                                             kernel_height, kernel_width, padding, channels_last,
+                                                             input_delta, seed):
+    """sgrad.nn.fast_dft's z, dL/dx and dL/dW against the plain kernels, on frames of odd and even sizes, kernels as
+    large as the padded maps, and paddings up to and past the kernel (outputs that read padding only)."""
+    assume(kernel_height <= height + 2 * padding and kernel_width <= width + 2 * padding)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((batch, height, width, in_channels) if channels_last else
+                            (batch, in_channels, height, width)).astype(dtype)
+    x = x.transpose(0, 3, 1, 2) if channels_last else x
+    weights = rng.standard_normal((out_channels, in_channels, kernel_height, kernel_width)).astype(dtype)
+    before = x.copy()
+
+    z_plain, columns_plain = kernels.conv2d_forward(x, weights, None, 1, padding)
+    dz = rng.standard_normal(z_plain.shape).astype(dtype)
+    dx_plain, dw_plain, _ = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, 1, padding, False, input_delta)
+    z, spectra = fast_dft.conv2d_forward(x, weights, padding)
+    frame_height, frame_width = fast_dft.frame((height, width), (kernel_height, kernel_width), padding)
+    assert spectra.shape == (frame_height * (frame_width // 2 + 1), batch, in_channels)
+    dx, dw = fast_dft.conv2d_backward(dz, spectra, x.shape, weights, padding, input_delta)
+    assert (dx is None) == (not input_delta)
+
+    # Each result is a sum of products, here through transforms that add every pixel of the frame: rounding of the
+    # size of the sum of the products' sizes, times the frame's pixels.
+    eps, pixels = np.finfo(dtype).eps, frame_height * frame_width
+    taps = kernel_height * kernel_width
+    sizes = {"z": taps * in_channels * np.max(np.abs(x)) * np.max(np.abs(weights)),
+             "dL/dx": taps * out_channels * np.max(np.abs(dz)) * np.max(np.abs(weights)),
+             "dL/dW": dz.size / out_channels * np.max(np.abs(dz)) * np.max(np.abs(x))}
+    for (name, size), ours, theirs in zip(sizes.items(), (z, dx, dw), (z_plain, dx_plain, dw_plain)):
+        if theirs is None:
+            continue
+        assert ours.dtype == dtype and ours.shape == theirs.shape, f"{name}: {ours.dtype} {ours.shape}"
+        difference = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+        assert difference <= 4 * eps * pixels * float(size), (
+            f"{name}: frequency domain and plain kernel differ by {difference:.2g}, more than rounding")
+    np.testing.assert_array_equal(x, before, err_msg="the convolution changed its input")
+
+
+def test_conv2d_goes_through_the_frequency_domain_where_it_pays_and_keeps_the_spectra_for_backward():
+    """fast_kernels on a convolution the rule sends to the frequency domain (16 to 32 channels, 5 x 5 on 8 x 8 maps
+    padded by 2, as the MNIST CNN's second convolution but smaller): x's spectra kept in X_col's place, z
+    channels-last in memory with its bias, every gradient within rounding of the plain kernels', the same with
+    the spectra built again from x, and dL/dW the same without dL/dx."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 16, 8, 8)).astype(np.float32)
+    weights = rng.standard_normal((32, 16, 5, 5)).astype(np.float32)
+    b = rng.standard_normal(32).astype(np.float32)
+    assert fast_dft.pays(16, 32, (5, 5), 1, (8, 8), 2)
+    z_plain, columns_plain = kernels.conv2d_forward(x, weights, b, 1, 2)
+    z, spectra = fast_kernels.conv2d_forward(x, weights, b, 1, 2)
+    assert np.iscomplexobj(spectra) and spectra.shape == (10 * 6, 2, 16)  # a 10 x 10 frame: max(8 + 2, 8, 5)
+    assert z.transpose(0, 2, 3, 1).flags.c_contiguous
+    dz = rng.standard_normal(z_plain.shape).astype(np.float32)
+    plain = kernels.conv2d_backward(dz, columns_plain, x.shape, weights, 1, 2, True, True)
+    mine = fast_kernels.conv2d_backward(dz, x, spectra, weights, 1, 2, True, True)
+    assert_within_rounding("frequency-domain", x, weights, b, dz, (z, *mine), (z_plain, *plain), factor=10 * 10)
+    rebuilt = fast_kernels.conv2d_backward(dz, x, None, weights, 1, 2, True, True)
+    for ours, again in zip(mine, rebuilt):
+        np.testing.assert_array_equal(again, ours, err_msg="the spectra built again give other gradients")
+    without = fast_kernels.conv2d_backward(dz, x, spectra, weights, 1, 2, True, False)
+    assert without[0] is None
+    np.testing.assert_array_equal(without[1], mine[1], err_msg="dL/dW depends on whether dL/dx is asked for")
+
+
+@pytest.mark.parametrize(("in_channels", "out_channels", "kernel", "stride", "side", "padding"), [
+    (32, 64, 5, 1, 14, 2),  # the MNIST CNN's second convolution: a 16 x 16 frame, r = 196 * 25 / (4 * 16 * 9)
+    (64, 64, 5, 1, 7, 2),   # the paper CNN's convolutions below the second pooling
+    (16, 16, 3, 1, 28, 1),  # r = 784 * 9 / (4 * 29 * 15), times 16: just above BY_CHANNELS
+    (16, 32, 3, 1, 14, 1),  # r = 196 * 9 / (4 * 15 * 8), times 16: just below it
+    (10, 20, 5, 1, 12, 0),  # the peer CNN's second convolution: too few channels
+    (1, 32, 5, 1, 28, 2),   # one input channel
+    (64, 64, 3, 1, 4, 0),   # r below FEWER_AT_LEAST
+    (512, 512, 1, 1, 7, 0),  # a 1 x 1 convolution: r < 1
+    (32, 64, 5, 2, 14, 2),  # stride 2
+])
+def test_the_frequency_domain_rule(in_channels, out_channels, kernel, stride, side, padding):
+    out = side + 2 * padding - kernel + 1
+    frame = max(side + padding, out, kernel)
+    assert fast_dft.frame((side, side), (kernel, kernel), padding) == (frame, frame)
+    r = out * out * kernel * kernel / (4 * frame * (frame // 2 + 1))
+    expected = (stride == 1 and r >= fast_dft.FEWER_AT_LEAST
+                and r * min(in_channels, out_channels) >= fast_dft.BY_CHANNELS)
+    assert fast_dft.pays(in_channels, out_channels, (kernel, kernel), stride, (side, side), padding) == expected
+    taken = {(32, 64, 5, 1, 14), (64, 64, 5, 1, 7), (16, 16, 3, 1, 28)}  # the cases above the rule is meant to take
+    assert expected == ((in_channels, out_channels, kernel, stride, side) in taken)
 
 
 # --- argument_checks.all_finite: np.isfinite(array).all() through a dot product -------------------------------

@@ -5,7 +5,8 @@ formula it replaces, and ``tests/test_fast.py`` checks the two against each
 other.  A trick stays here only while it pays in ``benchmarks/performance.py`` (the convolution's and the
 pooling's: in ``benchmarks/cnn_step.py``; those for few channels and small maps, in the MNIST CNN of
 koz4k/dni-pytorch that ``benchmarks/dni_pytorch_peer.py time --example cnn`` times, with
-:mod:`sgrad.nn.fast_small_maps` and :mod:`sgrad.nn.fast_rows`).
+:mod:`sgrad.nn.fast_small_maps` and :mod:`sgrad.nn.fast_rows`; those with many channels and a large kernel in
+the frequency domain, :mod:`sgrad.nn.fast_dft`, also in ``benchmarks/cnn_step.py``).
 """
 
 import functools
@@ -13,7 +14,7 @@ import functools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import fast_rows, fast_small_maps
+from . import fast_dft, fast_rows, fast_small_maps
 
 
 @functools.lru_cache(maxsize=64)
@@ -250,6 +251,13 @@ def _strip_width(weights_shape: tuple[int, ...], stride: int, out_shape: tuple[i
                                  dtype.itemsize, strip_columns=strip_columns)
 
 
+def _dft_pays(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], stride: int, padding: int) -> bool:
+    """:func:`sgrad.nn.fast_dft.pays` for x of ``input_shape`` and weights of ``weights_shape``."""
+    out_channels, in_channels, kernel_height, kernel_width = weights_shape
+    return fast_dft.pays(in_channels, out_channels, (kernel_height, kernel_width), stride,
+                         (input_shape[2], input_shape[3]), padding)
+
+
 def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: int, padding: int,
                                out_shape: tuple[int, int]) -> np.ndarray:
     """X_col (batch H_out W_out, k_h k_w in_channels) of x whose memory is channels-first, built transposed.
@@ -279,7 +287,9 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     :func:`conv2d_backward` builds the pieces again (twice the copying, but in the cache, and cheaper than one
     pass through main memory).  On maps not much larger than the kernel, no X_col at all: see
     :mod:`sgrad.nn.fast_small_maps`; at stride 1 with few output channels or on narrow maps, the rows S of
-    :mod:`sgrad.nn.fast_rows` (in strips of s output pixels, ``strip_columns`` wide), returned in X_col's place.
+    :mod:`sgrad.nn.fast_rows` (in strips of s output pixels, ``strip_columns`` wide), returned in X_col's place;
+    at stride 1 with many channels and a large kernel, the frequency domain of :mod:`sgrad.nn.fast_dft`, x's
+    spectra returned in X_col's place.
     z is (batch, out_channels, H_out, W_out), channels-last in memory.
     """
     kernel = weights.shape[2:]
@@ -288,6 +298,10 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     columns = None
     if _dense_pays(x.shape, weights.shape, out_shape, x.dtype):
         z = fast_small_maps.conv2d_forward(x, weights, stride, padding, out_shape)
+    elif _dft_pays(x.shape, weights.shape, stride, padding):
+        z_first, columns = fast_dft.conv2d_forward(x, weights, padding)  # columns: x's spectra
+        z = np.empty((x.shape[0], *out_shape, weights.shape[0]), dtype=x.dtype)
+        np.copyto(z, z_first.transpose(0, 2, 3, 1))
     elif strip := _strip_width(weights.shape, stride, out_shape, x.dtype, strip_columns):
         z, columns = fast_rows.conv2d_forward(_padded(x, padding), weights, out_shape, strip)  # columns: S
     elif x.shape[0] * out_shape[0] * out_shape[1] * w_col_t.shape[0] * x.dtype.itemsize <= whole_bytes:  # X_col's bytes
@@ -313,7 +327,7 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     from :func:`conv2d_forward`, or, when that is None, built again ``chunk_bytes`` at a time from x, dL/dW
     then the sum of the pieces' products (the same sum in another order).  dL/dx: see :func:`_input_delta`.
     Where the forward pass went row by row (:mod:`sgrad.nn.fast_rows`, with the same ``strip_columns``), ``columns``
-    is its S, and so does this.
+    is its S, and so does this; where it went through the frequency domain (:mod:`sgrad.nn.fast_dft`), x's spectra.
     """
     out_channels, _, kernel_height, kernel_width = weights.shape
     rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
@@ -321,6 +335,10 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     d_bias = _column_sums(flat_rows) if with_bias else None
     if _dense_pays(x.shape, weights.shape, rows.shape[1:3], x.dtype):
         dx, d_weights = fast_small_maps.conv2d_backward(rows, x, weights, stride, padding, input_delta)
+        return dx, d_weights, d_bias
+    if _dft_pays(x.shape, weights.shape, stride, padding):
+        spectra = columns if columns is not None else fast_dft.conv2d_forward(x, weights, padding)[1]
+        dx, d_weights = fast_dft.conv2d_backward(dz, spectra, x.shape, weights, padding, input_delta)
         return dx, d_weights, d_bias
     if strip := _strip_width(weights.shape, stride, rows.shape[1:3], x.dtype, strip_columns):
         batch, in_channels, height, width = x.shape
