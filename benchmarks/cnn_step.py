@@ -17,8 +17,9 @@ Threads: ``OPENBLAS_NUM_THREADS`` (default 1, set here before numpy loads) and `
 same number.  Timing: rounds alternate sgrad, PyTorch and the plain im2col step's matrix products alone (eight:
 each convolution's X_col W_colᵀ and dZᵀ X_col, the second's dZ W_col, the linear layer's three; back to back on
 preallocated arrays: the floor of a step that multiplies whole im2col matrices with this BLAS; sgrad's convolutions
-multiply pieces of a few examples that stay in the cache, which runs faster); each round times ``--steps`` steps of
-each.
+multiply pieces of a few examples that stay in the cache, which runs faster, and take the second convolution through
+the frequency domain, :mod:`sgrad.nn.fast_dft`, with fewer multiplications); each round times ``--steps`` steps
+of each.
 The ratio is the median over rounds of sgrad's time over PyTorch's in the same round, so a slow stretch of a shared
 machine hits both alike; the spread is the lowest and highest round.
 
