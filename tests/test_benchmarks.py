@@ -107,6 +107,21 @@ def test_the_cnn_benchmark_times_the_same_step_on_both_sides():
         assert loss_gap < 1e-12 and weight_gap < 1e-12, f"{rule}: loss {loss_gap:.1e}, weights {weight_gap:.1e} apart"
 
 
+def test_the_convolution_paths_benchmark_times_two_paths_that_compute_the_same_convolution():
+    """conv_paths' two sides: the frequency domain where the rule takes it, and the path without it, give the same
+    z and gradients (within float64 rounding); a row names the rule's choice and both times."""
+    conv_paths = pytest.importorskip("conv_paths")
+    shape = (2, 16, 32, 8, 5, 2)  # the rule takes it: r = 64 * 25 / (4 * 10 * 6), times 16
+    x, weights, bias, dz = conv_paths.arrays(shape, np.dtype(np.float64))
+    frequency = conv_paths.both_passes(x, weights, bias, dz, 2, True)
+    other = conv_paths.both_passes(x, weights, bias, dz, 2, False)
+    for name, ours, theirs in zip(("z", "dL/dx", "dL/dW", "dL/db"), frequency, other):
+        np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-10 * float(np.max(np.abs(theirs))), err_msg=name)
+    row = conv_paths.measure(shape, "float64", rounds=1, repeats=1)
+    assert row["rule"] and row["frame"] == [10, 10] and abs(row["r"] - 1600 / 240) < 1e-12
+    assert row["frequency domain ms"] > 0 and row["other path ms"] > 0 and row["ratio"] > 0
+
+
 @pytest.mark.skipif(not pathlib.Path("/proc/cpuinfo").exists(), reason="reads the CPU's flags from /proc/cpuinfo")
 def test_the_machine_line_says_whether_the_cpu_has_avx512_as_its_flags_do(monkeypatch):
     import machine

@@ -278,7 +278,8 @@ def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: i
 
 def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, stride: int, padding: int, *,
                    whole_bytes: int = WHOLE_BYTES, chunk_bytes: int = CHUNK_BYTES,
-                   strip_columns: int = fast_rows.STRIP_COLUMNS) -> tuple[np.ndarray, np.ndarray | None]:
+                   strip_columns: int = fast_rows.STRIP_COLUMNS, frequency_domain: bool = True
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`sgrad.nn.kernels.conv2d_forward`, ``Z = X_col W_colᵀ + b``, a few examples at a time: ``(z, X_col or None)``.
 
     When the im2col matrix X_col is at most ``whole_bytes``, it is built whole, as the plain kernel does, and
@@ -289,8 +290,8 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     :mod:`sgrad.nn.fast_small_maps`; at stride 1 with few output channels or on narrow maps, the rows S of
     :mod:`sgrad.nn.fast_rows` (in strips of s output pixels, ``strip_columns`` wide), returned in X_col's place;
     at stride 1 with many channels and a large kernel, the frequency domain of :mod:`sgrad.nn.fast_dft`, x's
-    spectra returned in X_col's place.
-    z is (batch, out_channels, H_out, W_out), channels-last in memory.
+    spectra returned in X_col's place (never with ``frequency_domain=False``: the other side of
+    ``benchmarks/conv_paths.py``).  z is (batch, out_channels, H_out, W_out), channels-last in memory.
     """
     kernel = weights.shape[2:]
     out_shape = ((x.shape[2] + 2 * padding - kernel[0]) // stride + 1, (x.shape[3] + 2 * padding - kernel[1]) // stride + 1)
@@ -298,7 +299,7 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     columns = None
     if _dense_pays(x.shape, weights.shape, out_shape, x.dtype):
         z = fast_small_maps.conv2d_forward(x, weights, stride, padding, out_shape)
-    elif _dft_pays(x.shape, weights.shape, stride, padding):
+    elif frequency_domain and _dft_pays(x.shape, weights.shape, stride, padding):
         z_first, columns = fast_dft.conv2d_forward(x, weights, padding)  # columns: x's spectra
         z = np.empty((x.shape[0], *out_shape, weights.shape[0]), dtype=x.dtype)
         np.copyto(z, z_first.transpose(0, 2, 3, 1))
@@ -319,7 +320,7 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
 
 def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, weights: np.ndarray, stride: int,
                     padding: int, with_bias: bool, input_delta: bool = True, *, chunk_bytes: int = CHUNK_BYTES,
-                    strip_columns: int = fast_rows.STRIP_COLUMNS
+                    strip_columns: int = fast_rows.STRIP_COLUMNS, frequency_domain: bool = True
                     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
     """:func:`sgrad.nn.kernels.conv2d_backward`, ``(dL/dx, dL/dW, dL/db)``, a few examples at a time.
 
@@ -327,7 +328,8 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     from :func:`conv2d_forward`, or, when that is None, built again ``chunk_bytes`` at a time from x, dL/dW
     then the sum of the pieces' products (the same sum in another order).  dL/dx: see :func:`_input_delta`.
     Where the forward pass went row by row (:mod:`sgrad.nn.fast_rows`, with the same ``strip_columns``), ``columns``
-    is its S, and so does this; where it went through the frequency domain (:mod:`sgrad.nn.fast_dft`), x's spectra.
+    is its S, and so does this; where it went through the frequency domain (:mod:`sgrad.nn.fast_dft`, with the same
+    ``frequency_domain``), x's spectra.
     """
     out_channels, _, kernel_height, kernel_width = weights.shape
     rows = np.ascontiguousarray(dz.transpose(0, 2, 3, 1))  # dZ, (batch, H_out, W_out, out_channels): no copy if
@@ -336,7 +338,7 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     if _dense_pays(x.shape, weights.shape, rows.shape[1:3], x.dtype):
         dx, d_weights = fast_small_maps.conv2d_backward(rows, x, weights, stride, padding, input_delta)
         return dx, d_weights, d_bias
-    if _dft_pays(x.shape, weights.shape, stride, padding):
+    if frequency_domain and _dft_pays(x.shape, weights.shape, stride, padding):
         spectra = columns if columns is not None else fast_dft.conv2d_forward(x, weights, padding)[1]
         dx, d_weights = fast_dft.conv2d_backward(dz, spectra, x.shape, weights, padding, input_delta)
         return dx, d_weights, d_bias
