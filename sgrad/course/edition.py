@@ -62,6 +62,8 @@ WITHHELD = {
     "sgrad.nn.fast_kernels.conv2d_backward": "with 1×1 kernels a convolution is a dense layer: xᵀ·δ and δ·Wᵀ",
     "sgrad.nn.fast_small_maps.conv2d_backward": "a convolution as one dense matrix: x_flatᵀ·δ and δ·Tᵀ",
     "sgrad.nn.fast_rows.conv2d_backward": "a convolution as one banded matrix: Sᵀ·δ and δ·Nᵀ",
+    "sgrad.nn.fast_dft.conv2d_backward": "a convolution in the frequency domain: at each frequency, a dense layer's "
+                                         "F(δ)ᴴ·F(x) and F(δ)·F(W)",
     "sgrad.nn.layers.Layer.backward": "exercise 1",
     "sgrad.nn.blocks.Activation.backward": "g ⊙ f'(h): exercise 1's weight_output_delta",
     "sgrad.nn.blocks.Sequential.backward": "its modules' backward passes in a chain: around one Layer, exercise 1",
