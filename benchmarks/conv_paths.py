@@ -1,10 +1,12 @@
 """Benchmark: where the frequency domain pays, convolution by convolution: the rule of ``sgrad.nn.fast_dft.pays``.
 
 For each shape (batch, C_in, C_out, side, k, padding; stride 1; float32 by default), one convolution's forward and
-backward passes (z, then dL/dx, dL/dW and dL/db) through :mod:`sgrad.nn.fast_kernels` twice: as the rule sends it
-(``frequency_domain=True``), and through the path it takes without the frequency domain (``False``: the strips,
-the dense form or im2col).  Rounds alternate the two; the ratio is the median over rounds of the frequency domain's
-time over the other's.  The input is channels-last in memory, as a convolution block's output is.
+backward passes (z, then dL/dx, dL/dW and dL/db) through :mod:`sgrad.nn.fast_kernels` twice, whatever the rule
+says: through the frequency domain (``frequency_domain=True``), and through the path it takes without it (``False``:
+the strips or im2col).  Rounds alternate the two; the ratio is the median over rounds of the frequency domain's
+time over the other's.  The input is channels-last in memory, as a convolution block's output is, and the process
+keeps the memory it frees (:func:`sgrad.training.memory.keep_freed_memory`), as sgrad's training loop does: the
+frequency domain's spectra are fresh arrays of a few MB at each call, which would otherwise cost page faults.
 
 The report gives each shape's frame, r (im2col's multiplications over the frequency domain's) and r min(C_in,
 C_out), what the rule chose, and both times.  The shapes: the MNIST CNN's second convolution and others of 3 × 3,
@@ -29,6 +31,7 @@ import numpy as np
 from machine import describe, write_record
 
 from sgrad.nn import fast_dft, fast_kernels
+from sgrad.training.memory import keep_freed_memory
 
 TOLERANCE = 1.05  # the frequency domain's time over the other path's, at most, where the rule takes it
 SHAPES = [  # (batch, in_channels, out_channels, side, kernel, padding)
@@ -96,8 +99,10 @@ def main(argv=None):
     if args.rounds < 1 or args.repeats < 1:
         parser.error(f"--rounds and --repeats are at least 1; got {args.rounds} and {args.repeats}")
     load = os.getloadavg()[0]
+    kept = keep_freed_memory()
     print(describe())
     print(f"numpy {np.__version__}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}, {args.dtype}; "
+          f"freed memory kept: {'yes' if kept else 'no'}; "
           f"rule: r >= {fast_dft.FEWER_AT_LEAST:g} and r min(C_in, C_out) >= {fast_dft.BY_CHANNELS:g}")
     print(f"{'batch, C_in, C_out, side, k, p':>32} {'frame':>8} {'r':>6} {'r·min C':>8} {'rule':>6} "
           f"{'frequency':>10} {'other':>9} {'ratio':>6}")
@@ -111,7 +116,7 @@ def main(argv=None):
     slower = [row["shape"] for row in rows if row["rule"] and row["ratio"] > TOLERANCE]
     print(f"taken by the rule and more than {TOLERANCE:g}x slower there: {slower or 'none'}")
     if args.out:
-        write_record(args.out, load, dtype=args.dtype, rounds=args.rounds, repeats=args.repeats,
+        write_record(args.out, load, dtype=args.dtype, rounds=args.rounds, repeats=args.repeats, freed_memory_kept=kept,
                      threads=int(os.environ["OPENBLAS_NUM_THREADS"]), tolerance=TOLERANCE, rows=rows)
     return 1 if slower else 0
 

@@ -294,6 +294,26 @@ def performance_lstm_cnn(_: str) -> str:
     return "\n".join(lines)
 
 
+@table("performance-conv-paths")
+def performance_conv_paths(_: str) -> str:
+    """``benchmarks/conv_paths.py --out``: each convolution through the frequency domain and through the other path."""
+    record = json.loads((ROOT / "docs/performance/conv_paths.json").read_text())
+    lines = ["| batch, C_in, C_out, side, k, p | frame | r | r · min(C_in, C_out) | the rule takes | frequency domain "
+             "| other path | frequency ÷ other |", "|---|---|---:|---:|---|---:|---:|---:|"]
+    for run in record["rows"]:
+        lines.append(row(", ".join(map(str, run["shape"])), "×".join(map(str, run["frame"])), f"{run['r']:.2f}",
+                         f"{run['r times channels']:.1f}", "frequency domain" if run["rule"] else "other path",
+                         f"{run['frequency domain ms']:.2f} ms", f"{run['other path ms']:.2f} ms",
+                         f"{run['ratio']:.2f}×"))
+    slower = [run for run in record["rows"] if run["rule"] and run["ratio"] > record["tolerance"]]
+    lines += ["", f"Taken by the rule and more than {record['tolerance']:g}× slower there: "
+              f"{len(slower) or 'none'}.  `{record['command']}` on {record['date']}: {record['machine']}; numpy "
+              f"{record['numpy']}; {record['dtype']}, {record['threads']} thread, freed memory "
+              f"{'kept' if record['freed_memory_kept'] else 'not kept'}; {record['rounds']} rounds of "
+              f"{record['repeats']} runs; load average {record['load'][0]:.2f} before, {record['load'][1]:.2f} after."]
+    return "\n".join(lines)
+
+
 # --- parallel workers --------------------------------------------------------------------------------
 
 

@@ -258,6 +258,15 @@ def _dft_pays(input_shape: tuple[int, ...], weights_shape: tuple[int, ...], stri
                          (input_shape[2], input_shape[3]), padding)
 
 
+def _in_frequency_domain(choice: bool | None, input_shape: tuple[int, ...], weights_shape: tuple[int, ...],
+                         stride: int, padding: int) -> bool:
+    """Whether the convolution goes through :mod:`sgrad.nn.fast_dft`: where it pays (``choice`` None), or at
+    stride 1 (True), or not (False)."""
+    if choice is None:
+        return _dft_pays(input_shape, weights_shape, stride, padding)
+    return choice and stride == 1
+
+
 def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: int, padding: int,
                                out_shape: tuple[int, int]) -> np.ndarray:
     """X_col (batch H_out W_out, k_h k_w in_channels) of x whose memory is channels-first, built transposed.
@@ -278,7 +287,7 @@ def _columns_of_channels_first(x: np.ndarray, kernel: tuple[int, int], stride: i
 
 def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, stride: int, padding: int, *,
                    whole_bytes: int = WHOLE_BYTES, chunk_bytes: int = CHUNK_BYTES,
-                   strip_columns: int = fast_rows.STRIP_COLUMNS, frequency_domain: bool = True
+                   strip_columns: int = fast_rows.STRIP_COLUMNS, frequency_domain: bool | None = None
                    ) -> tuple[np.ndarray, np.ndarray | None]:
     """:func:`sgrad.nn.kernels.conv2d_forward`, ``Z = X_col W_colᵀ + b``, a few examples at a time: ``(z, X_col or None)``.
 
@@ -290,8 +299,10 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     :mod:`sgrad.nn.fast_small_maps`; at stride 1 with few output channels or on narrow maps, the rows S of
     :mod:`sgrad.nn.fast_rows` (in strips of s output pixels, ``strip_columns`` wide), returned in X_col's place;
     at stride 1 with many channels and a large kernel, the frequency domain of :mod:`sgrad.nn.fast_dft`, x's
-    spectra returned in X_col's place (never with ``frequency_domain=False``: the other side of
-    ``benchmarks/conv_paths.py``).  z is (batch, out_channels, H_out, W_out), channels-last in memory.
+    spectra returned in X_col's place.  ``frequency_domain``: None, where :func:`sgrad.nn.fast_dft.pays`; True,
+    at every stride-1 convolution that the dense form does not take; False, never (the two sides of
+    ``benchmarks/conv_paths.py``).  z is
+    (batch, out_channels, H_out, W_out), channels-last in memory.
     """
     kernel = weights.shape[2:]
     out_shape = ((x.shape[2] + 2 * padding - kernel[0]) // stride + 1, (x.shape[3] + 2 * padding - kernel[1]) // stride + 1)
@@ -299,7 +310,7 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     columns = None
     if _dense_pays(x.shape, weights.shape, out_shape, x.dtype):
         z = fast_small_maps.conv2d_forward(x, weights, stride, padding, out_shape)
-    elif frequency_domain and _dft_pays(x.shape, weights.shape, stride, padding):
+    elif _in_frequency_domain(frequency_domain, x.shape, weights.shape, stride, padding):
         z_first, columns = fast_dft.conv2d_forward(x, weights, padding)  # columns: x's spectra
         z = np.empty((x.shape[0], *out_shape, weights.shape[0]), dtype=x.dtype)
         np.copyto(z, z_first.transpose(0, 2, 3, 1))
@@ -320,7 +331,7 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
 
 def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, weights: np.ndarray, stride: int,
                     padding: int, with_bias: bool, input_delta: bool = True, *, chunk_bytes: int = CHUNK_BYTES,
-                    strip_columns: int = fast_rows.STRIP_COLUMNS, frequency_domain: bool = True
+                    strip_columns: int = fast_rows.STRIP_COLUMNS, frequency_domain: bool | None = None
                     ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray | None]:
     """:func:`sgrad.nn.kernels.conv2d_backward`, ``(dL/dx, dL/dW, dL/db)``, a few examples at a time.
 
@@ -338,7 +349,7 @@ def conv2d_backward(dz: np.ndarray, x: np.ndarray, columns: np.ndarray | None, w
     if _dense_pays(x.shape, weights.shape, rows.shape[1:3], x.dtype):
         dx, d_weights = fast_small_maps.conv2d_backward(rows, x, weights, stride, padding, input_delta)
         return dx, d_weights, d_bias
-    if frequency_domain and _dft_pays(x.shape, weights.shape, stride, padding):
+    if _in_frequency_domain(frequency_domain, x.shape, weights.shape, stride, padding):
         spectra = columns if columns is not None else fast_dft.conv2d_forward(x, weights, padding)[1]
         dx, d_weights = fast_dft.conv2d_backward(dz, spectra, x.shape, weights, padding, input_delta)
         return dx, d_weights, d_bias
