@@ -95,6 +95,15 @@ def row(*values: object) -> str:
     return "| " + " | ".join(str(v) for v in values) + " |"
 
 
+def ran(record: dict) -> str:
+    """A benchmark record's command, date, machine and NumPy, as a page's line under its table says them."""
+    return f"`{record['command']}` on {record['date']}: {record['machine']}; numpy {record['numpy']}"
+
+
+def load(record: dict) -> str:
+    return f"load average {record['load'][0]:.2f} before, {record['load'][1]:.2f} after."
+
+
 def sorted_by(results: dict[tuple[str, int], dict], methods: tuple[str, ...]) -> dict[tuple[str, int], dict]:
     return {key: results[key] for method in methods for key in sorted(results) if key[0] == method}
 
@@ -263,10 +272,8 @@ def layer_step(_: str) -> str:
                 lines.append(row(threads, name, f"{milliseconds:.2f} ms", "", ""))
     met = all(run["ratio"][record["targeted"]] <= record["target"] for run in record["threads"].values())
     lines += ["", f"Target: {record['targeted']} ≤ {record['target']}× PyTorch's at every thread count: "
-              f"{'met' if met else 'missed'}.  `{record['command']}` on {record['date']}: {record['machine']}; "
-              f"numpy {record['numpy']}, PyTorch {record['torch']}; {record['rounds']} rounds of "
-              f"{record['steps per round']} steps; load average {record['load'][0]:.2f} before, "
-              f"{record['load'][1]:.2f} after."]
+              f"{'met' if met else 'missed'}.  {ran(record)}, PyTorch {record['torch']}; {record['rounds']} rounds "
+              f"of {record['steps per round']} steps; {load(record)}"]
     return "\n".join(lines)
 
 
@@ -307,10 +314,9 @@ def performance_conv_paths(_: str) -> str:
                          f"{run['ratio']:.2f}×"))
     slower = [run for run in record["rows"] if run["rule"] and run["ratio"] > record["tolerance"]]
     lines += ["", f"Taken by the rule and more than {record['tolerance']:g}× slower there: "
-              f"{len(slower) or 'none'}.  `{record['command']}` on {record['date']}: {record['machine']}; numpy "
-              f"{record['numpy']}; {record['dtype']}, {record['threads']} thread, freed memory "
+              f"{len(slower) or 'none'}.  {ran(record)}; {record['dtype']}, {record['threads']} thread, freed memory "
               f"{'kept' if record['freed_memory_kept'] else 'not kept'}; {record['rounds']} rounds of "
-              f"{record['repeats']} runs; load average {record['load'][0]:.2f} before, {record['load'][1]:.2f} after."]
+              f"{record['repeats']} runs; {load(record)}"]
     return "\n".join(lines)
 
 
