@@ -343,6 +343,35 @@ def test_sigterm_stops_a_class_within_seconds_with_no_gradebook_and_no_process_l
     assert none_left(str(tmp_path))
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers and /proc are Linux's")
+def test_a_class_grading_adopts_and_ends_what_a_killed_grader_leaves_and_puts_the_subreaper_state_back():
+    """processes.set_subreaper says what the process was; end_orphans kills every child but those kept, with what is
+    below each, and reaps them; a grandchild whose parent died comes to the subreaper and is ended too."""
+    script = """
+import os, subprocess, sys, time
+from sgrad.course import processes
+assert processes.set_subreaper(True) is False and processes.set_subreaper(True) is True
+kept = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+ended = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+middle = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                           "print(subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']).pid)"],
+                          stdout=subprocess.PIPE, text=True)
+orphan = int(middle.stdout.readline())
+middle.wait()  # the middle one has ended: its child is this process's now
+deadline = time.monotonic() + 10
+while orphan not in processes.children(os.getpid()) and time.monotonic() < deadline:
+    time.sleep(0.05)
+adopted = orphan in processes.children(os.getpid())
+processes.end_orphans(keep=[kept.pid])
+print(adopted, kept.poll() is None, os.path.exists(f"/proc/{ended.pid}"), os.path.exists(f"/proc/{orphan}"),
+      processes.children(os.getpid()) == [kept.pid], processes.set_subreaper(False))
+kept.kill()
+kept.wait()
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["True", "True", "False", "False", "True", "True"], result.stderr
+
+
 def test_a_grader_that_fails_gives_not_graded_never_a_verdict(tmp_path):
     folder = tmp_path / "class"
     folder.mkdir()

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from . import processes
 from .grader import EXERCISES
 
 
@@ -87,6 +88,10 @@ def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memor
 
         prepare_cgroups()  # under cgroup v2, before the graders start: their sandboxes' cgroups then have room
     rows = [Row(path) for path in notebooks]
+    # A grader killed outright (SIGKILL, the kernel's OOM killer) cannot end its sandboxes, and bwrap may not yet
+    # have tied one to the grader's life when it dies; this process then adopts them (a child subreaper, for the
+    # run) and ends every child of its own that is not a running grader, each time a grader ends.
+    was_subreaper = processes.set_subreaper(True)
     bar = _Progress(len(rows), progress)
     lock = threading.Condition()
     running: dict[int, subprocess.Popen[str]] = {}
@@ -107,6 +112,7 @@ def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memor
             report, errors = process.communicate()
             with lock:
                 del running[index]
+                processes.end_orphans(keep=[grader.pid for grader in running.values()])
                 _fill(rows[index], process.returncode, report, errors, record)
                 bar.finished(rows[index])
                 lock.notify_all()
@@ -137,14 +143,18 @@ def grade_class(notebooks: list[pathlib.Path], *, jobs: int, timeout: int, memor
                 for thread in threads:
                     thread.join(timeout=GRACE)
                 with lock:
-                    for process in running.values():  # a grader still there: its sandboxes die with it
+                    for process in running.values():  # a grader still there: killed, and what it leaves below
                         process.kill()
+                        process.wait()
+                    processes.end_orphans()
                 bar.close()
                 raise Terminated if stopping[0] == signal.SIGTERM else KeyboardInterrupt
             bar.close()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            if was_subreaper is False:
+                processes.set_subreaper(False)
     for row in rows:
         out.write(row.report if row.graded else f"Grading {row.notebook}\nNot graded: {row.error}\n")
         out.write("\n")

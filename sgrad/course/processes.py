@@ -20,13 +20,14 @@ import shutil
 import signal
 import sys
 import tempfile
+from collections.abc import Collection
 from typing import Any
 
 MARKER = "SGRAD_HELD"
 LAUNCHER = ("import os, resource, sys; limit = int(sys.argv[1]); "
             "limit and resource.setrlimit(resource.RLIMIT_AS, (limit, limit)); os.chdir(sys.argv[2]); "
             "os.execvp(sys.argv[3], sys.argv[3:])")
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 
 
 class Unsandboxed:
@@ -61,15 +62,24 @@ class Unsandboxed:
 
 def become_subreaper() -> bool:
     """Make orphaned descendants of this process its children (Linux); whether that worked."""
+    return set_subreaper(True) is not None
+
+
+def set_subreaper(on: bool) -> "bool | None":
+    """Make this process a child subreaper (``on``) or not (Linux); whether it was one before, or None if this
+    platform cannot say or do it."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     import ctypes  # here: only the grader needs it, on Linux
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        was = ctypes.c_int(0)
+        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0) != 0:
+            return None
+        return bool(was.value) if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) == 0 else None
     except (OSError, AttributeError):
-        return False
+        return None
 
 
 def marked(token: str) -> list[int]:
@@ -118,9 +128,9 @@ def kill(pids: list[int]) -> None:
             os.waitpid(pid, 0)
 
 
-def end_orphans() -> None:
-    """Kill every child of this process, and what is below each."""
-    doomed = children(os.getpid())
+def end_orphans(keep: "Collection[int]" = ()) -> None:
+    """Kill every child of this process but those in ``keep``, and what is below each."""
+    doomed = [child for child in children(os.getpid()) if child not in keep]
     kill([pid for child in doomed for pid in (child, *descendants(child))])
 
 

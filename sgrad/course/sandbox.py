@@ -30,7 +30,9 @@ What a process inside a :class:`Sandbox` can and cannot do, and the means of eac
   when a PID namespace's init dies the kernel kills every process in it, however it detached
   (``setsid``, a double fork).  When the main process ends, bwrap returns, and its init ends a moment
   later with everything still inside.  :meth:`Sandbox.kill` SIGKILLs every member of the cgroups (v2's
-  ``cgroup.kill`` where there is one) and the sandbox's bwrap processes, until none is left.
+  ``cgroup.kill`` where there is one) and the sandbox's bwrap processes, until none is left.  bwrap ties
+  itself to its parent only once its sandbox is set up: a grader killed outright before that leaves a bwrap
+  that init would adopt, so a class grading adopts it instead and ends it (:func:`sgrad.course.gradebook.grade_class`).
 
 A grader uses it as::
 
