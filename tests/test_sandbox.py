@@ -318,6 +318,34 @@ def test_processes_left_behind_end_with_the_main_one(token):
         assert left_after(token, seconds=2) == []
 
 
+PARENT = """
+import subprocess, sys, time
+sys.path[:0] = [{tests!r}, {source!r}]
+from test_sandbox import sandbox
+with sandbox({token!r}) as box:
+    launcher = subprocess.Popen(box.command(["python", "-c", "import time; time.sleep(600)"]))
+    print(launcher.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_sandbox_ends_with_its_parent_killed_while_it_starts(token):
+    """The grader killed outright (SIGKILL) just after it started a sandbox, before bwrap has set it up and tied
+    itself to its parent: the launcher ties it from its first instruction on, so nothing of it is left."""
+    code = PARENT.format(tests=str(pathlib.Path(__file__).parent), source=str(SOURCE), token=token)
+    for _ in range(5):
+        parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        launcher = int(parent.stdout.readline())
+        parent.kill()
+        parent.wait(timeout=TIMEOUT)
+        parent.stdout.close()
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{launcher}") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not os.path.exists(f"/proc/{launcher}"), "the sandbox's bwrap outlived its parent"
+        assert left_after(token, seconds=5) == []
+
+
 def killed_at_once(token, code, processes=None):
     """Whether ``box.kill()`` ends ``code`` run in a sandbox, and all it started (``processes`` of them, if
     given, before the kill), within 1.5 s."""

@@ -31,8 +31,9 @@ What a process inside a :class:`Sandbox` can and cannot do, and the means of eac
   (``setsid``, a double fork).  When the main process ends, bwrap returns, and its init ends a moment
   later with everything still inside.  :meth:`Sandbox.kill` SIGKILLs every member of the cgroups (v2's
   ``cgroup.kill`` where there is one) and the sandbox's bwrap processes, until none is left.  bwrap ties
-  itself to its parent only once its sandbox is set up: a grader killed outright before that leaves a bwrap
-  that init would adopt, so a class grading adopts it instead and ends it (:func:`sgrad.course.gradebook.grade_class`).
+  itself to its parent only once its sandbox is set up, so the launcher ties it from its first instruction
+  (and ends if its parent is already gone); a class grading also adopts and ends whatever a grader killed
+  outright leaves (:func:`sgrad.course.gradebook.grade_class`).
 
 A grader uses it as::
 
@@ -69,12 +70,17 @@ LEAF = "sgrad-grader"  # the cgroup (v2) a grader moves itself into, so that its
 KILL_WAIT = 1.0        # seconds kill() goes on killing what is left of a sandbox, at most
 SOCKET_PATH_LIMIT = 107  # bytes of a Unix socket's path (sun_path holds 108, with the final NUL)
 
-# The launcher: `python -I -S -c LAUNCHER plan bwrap options...`.  It joins the sandbox's cgroups, or sets the
-# limits that stand in for them, then becomes bwrap (exec: same pid), so that bwrap and everything it starts
-# are counted from their first instruction.  -I -S: no site, no environment variables, so it starts bare and fast.
+# The launcher: `python -I -S -c LAUNCHER plan bwrap options...`.  It ties its life to its parent's (SIGKILL when
+# the parent dies, kept through exec; bwrap ties itself only once its sandbox is set up), and ends at once if the
+# parent has died already; joins the sandbox's cgroups, or sets the limits that stand in for them; then becomes
+# bwrap (exec: same pid), so that bwrap and everything it starts are counted from their first instruction.
+# -I -S: no site, no environment variables, so it starts bare and fast.
 LAUNCHER = """
-import json, os, resource, sys
+import ctypes, json, os, resource, signal, sys
 plan = json.loads(sys.argv[1])
+ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+if os.getppid() != plan["parent"]:
+    sys.exit(1)
 for procs in plan["join"]:
     with open(procs, "w") as file:
         file.write(str(os.getpid()))
@@ -500,7 +506,7 @@ class Sandbox:
         if self._groups is None:
             raise RuntimeError("Sandbox.command: only inside the sandbox's with block (with Sandbox(...) as sandbox:)")
         plan = {"join": [os.path.join(d, "cgroup.procs") for d in self._groups.made], "limits": self._limits(),
-                "sandbox": self.name}
+                "sandbox": self.name, "parent": os.getpid()}
         return [sys.executable, "-I", "-S", "-c", LAUNCHER, json.dumps(plan), _bwrap().path,
                 *self._bwrap_options(cwd or self.home), "--", *argv]
 
