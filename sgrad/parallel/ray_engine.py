@@ -136,9 +136,12 @@ class RayEngine(Engine):
         # A run's reports are in the Reports actor before it ends: look at the ended runs first, then take them.
         try:
             ended, _ = ray.wait(list(self.runs), num_returns=len(self.runs), timeout=0)
-            wait = 0.0 if self.pending or ended else timeout
-            self.taking = self.reports.take.remote(wait)
-            self.pending.extend(ray.get(self.taking, timeout=wait + ANSWER_TIMEOUT))
+            if self.taking is None:
+                self.taking = self.reports.take.remote(0.0 if self.pending or ended else timeout)
+            answered, _ = ray.wait([self.taking], timeout=timeout)
+            if not answered:  # slow (a loaded machine, an actor still starting), not gone: ask again next time
+                return self.pending.popleft() if self.pending else None
+            self.pending.extend(ray.get(self.taking))
             self.taking = None
         except ray.exceptions.RayError as error:  # the reports' actor, or Ray itself, is gone: a raylet died
             raise WorkerFailed(f"the Ray cluster failed under the workers: {summary(error)}") from None
