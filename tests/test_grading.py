@@ -344,7 +344,7 @@ def test_sigterm_stops_a_class_within_seconds_with_no_gradebook_and_no_process_l
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers and /proc are Linux's")
-def test_a_class_grading_adopts_and_ends_what_a_killed_grader_leaves_and_puts_the_subreaper_state_back():
+def test_a_subreaper_adopts_an_orphan_and_end_orphans_ends_every_child_but_those_kept():
     """processes.set_subreaper says what the process was; end_orphans kills every child but those kept, with what is
     below each, and reaps them; a grandchild whose parent died comes to the subreaper and is ended too."""
     script = """

@@ -301,8 +301,7 @@ def conv2d_forward(x: np.ndarray, weights: np.ndarray, bias: np.ndarray | None, 
     at stride 1 with many channels and a large kernel, the frequency domain of :mod:`sgrad.nn.fast_dft`, x's
     spectra returned in X_col's place.  ``frequency_domain``: None, where :func:`sgrad.nn.fast_dft.pays`; True,
     at every stride-1 convolution that the dense form does not take; False, never (the two sides of
-    ``benchmarks/conv_paths.py``).  z is
-    (batch, out_channels, H_out, W_out), channels-last in memory.
+    ``benchmarks/conv_paths.py``).  z is (batch, out_channels, H_out, W_out), channels-last in memory.
     """
     kernel = weights.shape[2:]
     out_shape = ((x.shape[2] + 2 * padding - kernel[0]) // stride + 1, (x.shape[3] + 2 * padding - kernel[1]) // stride + 1)

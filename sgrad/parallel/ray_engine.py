@@ -173,7 +173,7 @@ class RayEngine(Engine):
                     ray.get(run)
             if self.reports is not None:
                 ray.kill(self.reports)
-            if self.taking is not None:  # a take that a signal interrupted: its answer, or its actor's end, read
+            if self.taking is not None:  # a take not answered yet, or interrupted: its answer, or its actor's end, read
                 with contextlib.suppress(ray.exceptions.RayError):
                     ray.get(self.taking, timeout=STOP_TIMEOUT)
         self.actors, self.runs, self.reports, self.taking = [], {}, None, None
