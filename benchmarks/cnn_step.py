@@ -13,6 +13,8 @@ sgrad runs :func:`sgrad.dni.steps.backprop_step` on :func:`sgrad.nn.conv.conv_bl
 autograd and ``torch.optim`` in CPU eager mode (its convolutions go to oneDNN when it has them).  Before timing,
 both sides start from the same weights and take one step, and their losses and updated weights are compared.
 
+Memory: the process keeps the memory it frees (:func:`sgrad.training.memory.keep_freed_memory`), as sgrad's
+training loop makes a run's process do; both sides allocate through the same C library, so it holds for both.
 Threads: ``OPENBLAS_NUM_THREADS`` (default 1, set here before numpy loads) and ``torch.set_num_threads`` with the
 same number.  Timing: rounds alternate sgrad, PyTorch and the plain im2col step's matrix products alone (eight:
 each convolution's X_col W_colᵀ and dZᵀ X_col, the second's dZ W_col, the linear layer's three; back to back on
@@ -49,6 +51,7 @@ from sgrad import Layer, Sequential  # noqa: E402
 from sgrad.dni.steps import backprop_step  # noqa: E402
 from sgrad.nn.conv import Flatten, conv_block  # noqa: E402
 from sgrad.nn.losses import softmax_cross_entropy  # noqa: E402
+from sgrad.training.memory import keep_freed_memory  # noqa: E402
 
 TARGET = 1.0  # sgrad's step time over PyTorch's
 CLASSES, SIDE, LEARNING_RATE = 10, 28, 1e-3
@@ -184,6 +187,7 @@ def main(argv=None):
     parser.add_argument("--out", help="write the run's record (JSON) here")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
+    kept = keep_freed_memory()  # as sgrad's training loop does, for both sides: the process keeps what it frees
     rows = {}
     try:
         import torch
@@ -191,6 +195,8 @@ def main(argv=None):
         torch = None
         print("PyTorch is not installed: timing sgrad and the products alone only.")
     print(describe())
+    print(f"freed memory kept in the process (sgrad.training.memory, as sgrad's training loop does): "
+          f"{'yes' if kept else 'no'}")
     if torch is not None:
         torch.set_num_threads(THREADS)
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), "
@@ -220,7 +226,8 @@ def main(argv=None):
             within = within and row["ratio"] <= TARGET
         print(line, flush=True)
     if args.out:
-        write_record(args.out, load_before, torch=torch.__version__ if torch is not None else None, threads=THREADS,
+        write_record(args.out, load_before, freed_memory_kept=kept,
+                     torch=torch.__version__ if torch is not None else None, threads=THREADS,
                      target=TARGET, rounds=args.rounds, steps=args.steps, batch=args.batch,
                      update_rule=args.update_rule, dtypes=rows)
     return 0 if within else 1

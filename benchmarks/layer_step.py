@@ -10,7 +10,10 @@ float32, batch 256, softmax cross-entropy averaged over the batch, plain SGD at 
 
 ``input_delta=False`` on the bottom layer: its input is data, so nothing needs dL/dx, and PyTorch's autograd
 skips it too.  The rows: :func:`sgrad.nn.fast_mlp_step.sgd_step`, the same step in one function; the plain
-loop above; and the loop as the blog writes it, which computes the bottom layer's input delta anyway.
+loop above; the loop as the blog writes it, which computes the bottom layer's input delta anyway; and the eight
+matrix products of ``sgd_step`` alone, the same NumPy and BLAS calls back to back on preallocated arrays: no
+NumPy step can be faster than its products, so this row is how far below PyTorch's step sgrad's could go with
+NumPy's BLAS.
 PyTorch runs ``nn.Sequential`` of the same layers, ``F.cross_entropy`` and ``optim.SGD`` in CPU eager mode.
 Before timing, both sides start from the same weights and take one step, and their losses and weights after it
 are compared.
@@ -40,7 +43,9 @@ import time
 
 TARGET = 0.9  # sgrad's step time over PyTorch's
 BATCH, WIDTHS, LEARNING_RATE = 256, (784, 256, 256, 10), 0.01
-CANDIDATES = ("sgrad, fast_mlp_step.sgd_step", "sgrad, the plain loop", "sgrad, as the blog writes it", "PyTorch")
+PRODUCTS = "sgrad's matrix products alone"
+CANDIDATES = ("sgrad, fast_mlp_step.sgd_step", "sgrad, the plain loop", "sgrad, as the blog writes it", PRODUCTS,
+              "PyTorch")
 TARGETED = CANDIDATES[0]
 PAUSE = 0.5  # seconds between two processes' turns: OpenBLAS's and OpenMP's idle threads spin for up to ~0.2 s
 
@@ -51,6 +56,7 @@ def build(seed=0):
     import torch
 
     from sgrad import Layer
+    from sgrad.nn.blas import add_product
     from sgrad.nn.fast_mlp_step import sgd_step
     from sgrad.nn.losses import softmax_cross_entropy
 
@@ -100,6 +106,24 @@ def build(seed=0):
     def fast_step(stack):
         return lambda: sgd_step(stack, x, labels, LEARNING_RATE)
 
+    def products_alone(stack):
+        """The eight matrix products of ``sgd_step``, the same calls, on preallocated arrays and copies of the weights."""
+        weights = [layer.weights.copy() for layer in stack]
+        activations = [x] + [np.empty((BATCH, width), np.float32) for width in WIDTHS[1:]]
+        deltas = [rng.standard_normal((BATCH, width)).astype(np.float32) for width in WIDTHS[1:]]
+        below = [np.empty((BATCH, width), np.float32) for width in WIDTHS[1:-1]]
+        sign = [1.0]
+
+        def step():
+            for k, w in enumerate(weights):
+                np.matmul(activations[k], w, out=activations[k + 1])
+            sign[0] = -sign[0]  # the updates alternate in sign, so the weights' copies stay where they started
+            for k in range(len(weights) - 1, -1, -1):
+                if k:
+                    np.matmul(deltas[k], weights[k].T, out=below[k - 1])
+                add_product(weights[k], activations[k].T, deltas[k], sign[0] * LEARNING_RATE)
+        return step
+
     stack = layers()
     theirs, net = torch_step(stack)
     ours = fast_step(stack)
@@ -108,7 +132,8 @@ def build(seed=0):
     weight_gap = max(float(np.max(np.abs(layer.weights - linear.weight.detach().numpy().T)))
                      for layer, linear in zip(stack, linears))
     steps = {TARGETED: ours, "sgrad, the plain loop": sgrad_step(layers(), False),
-             "sgrad, as the blog writes it": sgrad_step(layers(), True), "PyTorch": theirs}
+             "sgrad, as the blog writes it": sgrad_step(layers(), True), PRODUCTS: products_alone(layers()),
+             "PyTorch": theirs}
     return steps, {"loss difference": loss_gap, "largest weight difference": weight_gap}
 
 

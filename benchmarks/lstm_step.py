@@ -13,6 +13,8 @@ PyTorch runs ``torch.nn.LSTM(batch_first=True)``, autograd and ``torch.optim.SGD
 float32 it uses oneDNN's fused LSTM kernel when it has one.  Before timing, both sides start from the same
 weights and take one step, and their losses and updated weights are compared.
 
+Memory: the process keeps the memory it frees (:func:`sgrad.training.memory.keep_freed_memory`), as sgrad's
+training loop makes a run's process do; both sides allocate through the same C library, so it holds for both.
 Threads: ``OPENBLAS_NUM_THREADS`` (default 1, set here before numpy loads) and ``torch.set_num_threads``
 with the same number.  Timing: rounds alternate sgrad, PyTorch and the products alone; each round times
 ``--steps`` steps of each.  The ratio is the median over rounds of sgrad's time over PyTorch's in the same
@@ -40,6 +42,7 @@ import numpy as np  # noqa: E402
 from machine import describe, write_record  # noqa: E402
 
 from sgrad.recurrent.layers import LSTM  # noqa: E402
+from sgrad.training.memory import keep_freed_memory  # noqa: E402
 
 TARGET = 1.0  # sgrad's step time over PyTorch's
 BATCH, HIDDEN, WINDOW, LEARNING_RATE = 64, 256, 8, 0.01
@@ -160,6 +163,7 @@ def main(argv=None):
     parser.add_argument("--out", help="write the run's record (JSON) here")
     args = parser.parse_args(argv)
     load_before = os.getloadavg()[0]
+    kept = keep_freed_memory()  # as sgrad's training loop does, for both sides: the process keeps what it frees
     rows = {}
     try:
         import torch
@@ -167,6 +171,8 @@ def main(argv=None):
         torch = None
         print("PyTorch is not installed: timing sgrad and the products alone only.")
     print(describe())
+    print(f"freed memory kept in the process (sgrad.training.memory, as sgrad's training loop does): "
+          f"{'yes' if kept else 'no'}")
     if torch is not None:
         torch.set_num_threads(THREADS)
         print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), "
@@ -197,7 +203,8 @@ def main(argv=None):
             within = within and row["ratio"] <= TARGET
         print(line)
     if args.out:
-        write_record(args.out, load_before, torch=torch.__version__ if torch is not None else None, threads=THREADS,
+        write_record(args.out, load_before, freed_memory_kept=kept,
+                     torch=torch.__version__ if torch is not None else None, threads=THREADS,
                      target=TARGET, rounds=args.rounds, steps=args.steps, dtypes=rows)
     return 0 if within else 1
 

@@ -296,8 +296,8 @@ def performance_lstm_cnn(_: str) -> str:
                                  f"{record['target']:g}×: {'met' if run['ratio'] <= record['target'] else 'missed'}"))
     lines.append("")
     lines += [f"- `{r['command']}` on {r['date']}: {r['machine']}; numpy {r['numpy']}, PyTorch {r['torch']}; "
-              f"{r['threads']} thread; {r['rounds']} rounds; load average {r['load'][0]:.2f} before, "
-              f"{r['load'][1]:.2f} after." for r in runs]
+              f"{r['threads']} thread; freed memory {'kept' if r.get('freed_memory_kept') else 'not kept'}; "
+              f"{r['rounds']} rounds; load average {r['load'][0]:.2f} before, {r['load'][1]:.2f} after." for r in runs]
     return "\n".join(lines)
 
 

@@ -112,3 +112,21 @@ def test_the_plain_loop_and_the_window_routines_take_a_dozen_steps_alike_in_floa
             core.update(0.1)
     for name, param in fast.parameters.items():
         _assert_close(name, param, plain.parameters[name], np.float32, 12 * 9 * 4)
+
+
+@given(layer_dtype=dtypes, data_dtype=dtypes, seed=seeds, start=st.sampled_from(START_STATES))
+def test_the_window_routines_take_data_of_another_dtype_as_the_plain_loop_does(layer_dtype, data_dtype, seed,
+                                                                               start):
+    """x and the state in one float dtype, the layer in another: the sums run in the wider, on both paths."""
+    fast, plain, rng = _pair(layer_dtype, 3, 5, seed, 0.5)
+    x, state = _window(rng, data_dtype, 4, 3, 3, 5, start)
+    d_outputs = rng.standard_normal((4, 3, 5)).astype(data_dtype)
+    mine, theirs = fast.forward(x, state), plain.forward(x, state)
+    wider = np.result_type(layer_dtype, data_dtype)
+    for name, ours, reference in [("outputs", mine[0], theirs[0]), ("last_state", mine[1], theirs[1])]:
+        assert ours.dtype == wider, f"{name}: dtype {ours.dtype}, expected {wider}"
+        _assert_close(name, ours, reference, wider, 3 * 10)
+    d_mine, d_theirs = fast.backward(d_outputs, None), plain.backward(d_outputs, None)
+    for name, ours, reference in [("d_x", d_mine[0], d_theirs[0]), ("d_state", d_mine[1], d_theirs[1])] + [
+            (f"{name} gradient", fast.gradients[name], plain.gradients[name]) for name in fast.parameters]:
+        _assert_close(name, ours, reference, wider, 3 * 10 * 4)
