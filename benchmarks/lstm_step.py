@@ -4,10 +4,12 @@ The step, on both sides (batch 64, 256 units, a window of T = 8 steps, 256 input
 
 1. forward over the window from a zero state: every step's h_t;
 2. the loss ``L = 1/(2 batch) * sum over steps and units of (h_t - y_t)**2`` (x and y random normal);
-3. backward through time (no gradient for x: it is data; PyTorch's autograd skips it too);
+3. backward through time (no gradient for x, which is data, nor for the start state, zeros that nothing before
+   the window learns from: PyTorch's autograd skips both);
 4. one SGD step, learning rate 0.01.
 
-sgrad runs :class:`sgrad.recurrent.layers.LSTM` (``forward``, ``backward(..., input_delta=False)``, ``update``),
+sgrad runs :class:`sgrad.recurrent.layers.LSTM` (``forward``, ``backward(..., input_delta=False,
+state_delta=False)``, ``update``),
 whose windows run through :mod:`sgrad.recurrent.fast_lstm`.
 PyTorch runs ``torch.nn.LSTM(batch_first=True)``, autograd and ``torch.optim.SGD`` in CPU eager mode; for
 float32 it uses oneDNN's fused LSTM kernel when it has one.  Before timing, both sides start from the same
@@ -19,7 +21,7 @@ Threads: ``OPENBLAS_NUM_THREADS`` (default 1, set here before numpy loads) and `
 with the same number.  Timing: rounds alternate sgrad, PyTorch and the products alone; each round times
 ``--steps`` steps of each.  The ratio is the median over rounds of sgrad's time over PyTorch's in the same
 round, so a slow stretch of a shared machine hits both alike.  "Products alone" is the step's matrix
-products (two per step forward, one per step back, then the two weight gradients) back to back on
+products (two per step forward, one per step back but the first, then the two weight gradients) back to back on
 preallocated arrays: about the floor of any NumPy step with this BLAS (sgrad's window routine runs the same
 arithmetic in fewer, larger products: x W_x for every step at once, the three weight gradients in one).
 
@@ -57,7 +59,7 @@ def sgrad_step(x, y, seed=0):
         outputs, _ = lstm.forward(x)
         diff = outputs - y
         loss = 0.5 * float(np.sum(diff * diff)) / batch
-        lstm.backward(diff / batch, None, input_delta=False)
+        lstm.backward(diff / batch, None, input_delta=False, state_delta=False)
         lstm.update(LEARNING_RATE)
         return loss
 
@@ -107,7 +109,7 @@ def products_alone(x):
         for t in range(window):
             np.matmul(x[:, t], w_x, out=z)
             np.matmul(h, w_h, out=z)
-        for _ in range(window):
+        for _ in range(window - 1):  # no dh_0: the start state learns nothing
             np.matmul(dz, w_h.T, out=dh)
         np.matmul(x_rows.T, dz_rows, out=dw_x)
         np.matmul(h_rows.T, dz_rows, out=dw_h)

@@ -99,6 +99,17 @@ def test_the_window_backward_is_the_plain_loop(dtype, batch, time, input_dim, hi
     again = fast.backward(d_outputs, d_last_state, input_delta=input_delta)[1]
     np.testing.assert_array_equal(again, d_state, err_msg="a second backward on the same window gave other numbers")
 
+    # Without the state's delta, on either path: no d_state, and the same parameter gradients and d_x as above.
+    for core, reference_d_x in ((fast, d_x), (plain, plain_d_x)):
+        path = "the plain loop" if core is plain else "fast_lstm"
+        before = {name: gradient.copy() for name, gradient in core.gradients.items()}
+        no_d_x, no_d_state = core.backward(d_outputs, d_last_state, input_delta=input_delta, state_delta=False)
+        assert no_d_state is None, f"state_delta=False gave a d_state on {path}'s path"
+        for name, gradient in core.gradients.items():
+            np.testing.assert_array_equal(gradient, before[name], err_msg=f"state_delta=False changed d{name} ({path})")
+        if input_delta:
+            np.testing.assert_array_equal(no_d_x, reference_d_x, err_msg=f"state_delta=False changed d_x ({path})")
+
 
 def test_the_plain_loop_and_the_window_routines_take_a_dozen_steps_alike_in_float32():
     """A training run in small: the two stay together over steps, not only over one."""

@@ -284,6 +284,16 @@ def test_a_bad_gradient_is_refused_in_the_users_words_and_changes_nothing(cls, c
 
 
 @pytest.mark.parametrize("cls", CELLS)
+@pytest.mark.parametrize("name", ["input_delta", "state_delta"])
+def test_a_delta_switch_that_is_not_a_bool_is_refused_and_changes_nothing(cls, name):
+    core, _, _, R, G = _trained(cls)
+    before = tree_state(core)
+    with pytest.raises(TypeError, match=f"{name} must be True or False; got 'no' \\(str\\)"):
+        core.backward(R, G, **{name: "no"})
+    assert_same_state(core, before)
+
+
+@pytest.mark.parametrize("cls", CELLS)
 def test_backward_before_forward_is_refused(cls):
     with pytest.raises(ValueError, match=r"backward\(\) needs a forward pass first"):
         cls(2, 3, seed=0).backward(np.zeros((1, 1, 3)))

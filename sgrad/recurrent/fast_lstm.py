@@ -73,8 +73,8 @@ def window_forward(x: np.ndarray, state: np.ndarray, weights_x: np.ndarray, weig
 
 def window_backward(x: np.ndarray, hidden_states: np.ndarray, cell_states: np.ndarray, gate_values: np.ndarray,
                     d_outputs: np.ndarray, d_last_state: np.ndarray | None, weights_x: np.ndarray,
-                    weights_h: np.ndarray, input_delta: bool
-                    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+                    weights_h: np.ndarray, input_delta: bool, state_delta: bool = True
+                    ) -> tuple[np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """Backpropagation through the window: ``(d_x, d_weights_x, d_weights_h, d_bias, d_state)``.
 
     x, hidden_states, cell_states, gate_values: the window's input and what :func:`window_forward` returned for it
@@ -82,7 +82,8 @@ def window_backward(x: np.ndarray, hidden_states: np.ndarray, cell_states: np.nd
     (batch, 2 hidden), the gradient arriving at [h_T, c_T], or None for zero.  Each step back is
     :func:`sgrad.nn.kernels.lstm_step_backward`; the weight gradients are its dz_t's, summed over the steps as the
     plain ``Recurrent.backward`` sums them.  d_x: (batch, time, input_dim), or None with ``input_delta=False``;
-    d_weights_x, d_weights_h, d_bias as W_x, W_h, b; d_state: (batch, 2 hidden), dL/d[h_0, c_0].
+    d_weights_x, d_weights_h, d_bias as W_x, W_h, b; d_state: (batch, 2 hidden), dL/d[h_0, c_0], or None with
+    ``state_delta=False``, which skips the first step's ``dz_1 W_hᵀ``.
     Reads its arguments and changes none of them.
     """
     batch, time, hidden = d_outputs.shape
@@ -116,6 +117,8 @@ def window_backward(x: np.ndarray, hidden_states: np.ndarray, cell_states: np.nd
         np.multiply(dc, i, out=d[:, 2 * hidden:3 * hidden])
         np.multiply(dh, tanh_c, out=d[:, 3 * hidden:])
         d *= derivative
+        if t == 0 and not state_delta:
+            break
         dh_next = np.matmul(d, weights_h.T, out=dh_back)     # dh_{t-1} = dz_t W_hᵀ
         np.multiply(dc, f, out=dc_next)                      # dc_{t-1} = dc * f
     # z_t = [x_t, h_{t-1}, 1] [W_x; W_h; b] at every step: with the steps stacked as rows, one linear map, whose
@@ -131,4 +134,5 @@ def window_backward(x: np.ndarray, hidden_states: np.ndarray, cell_states: np.nd
     d_x = None
     if input_delta:
         d_x = (dz_rows @ weights_x.T).reshape(time, batch, -1).transpose(1, 0, 2)
-    return d_x, d_weights_x, d_weights_h, d_bias, np.concatenate([dh_next, dc_next], axis=1)
+    d_state = np.concatenate([dh_next, dc_next], axis=1) if state_delta else None
+    return d_x, d_weights_x, d_weights_h, d_bias, d_state

@@ -172,13 +172,15 @@ class Recurrent(OwnParameters):
         return arrays["hidden_states"][:, 1:], last_state
 
     def backward(self, d_outputs: np.ndarray, d_last_state: np.ndarray | None = None, *,
-                 input_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+                 input_delta: bool = True, state_delta: bool = True) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Backpropagate through the window of the last forward pass.  Returns ``(d_x, d_state)``.
 
         d_outputs: (batch, time, hidden_dim), dL/dh_t from the loss at each step.
         d_last_state: (batch, state_dim), the gradient arriving at the last state from
         the steps after the window (known, or synthetic); None means zero.
-        Returns d_state = dL/d(state) at the window's start, (batch, state_dim), and
+        Returns d_state = dL/d(state) at the window's start, (batch, state_dim), or None with
+        ``state_delta=False`` (when nothing before the window learns from it, as in truncated BPTT without a
+        synthetic gradient to train: the LSTM's first step back then skips its matrix product), and
         d_x = dL/dx, (batch, time, input_dim), or None with ``input_delta=False`` (for
         x that is data: a matrix product per step saved).  Stores the parameter
         gradients, summed over the steps; nothing is averaged here.
@@ -191,10 +193,12 @@ class Recurrent(OwnParameters):
         if d_last_state is not None:
             argument_checks.check_same_shape(d_last_state, "d_last_state", last_state, "the last state")
         input_delta = argument_checks.check_bool(input_delta, "input_delta")
-        return self._backpropagate(x, hidden_states, d_outputs, d_last_state, input_delta)
+        state_delta = argument_checks.check_bool(state_delta, "state_delta")
+        return self._backpropagate(x, hidden_states, d_outputs, d_last_state, input_delta, state_delta)
 
     def _backpropagate(self, x: np.ndarray, hidden_states: np.ndarray, d_outputs: np.ndarray,
-                       d_last_state: np.ndarray | None, input_delta: bool) -> tuple[np.ndarray | None, np.ndarray]:
+                       d_last_state: np.ndarray | None, input_delta: bool, state_delta: bool
+                       ) -> tuple[np.ndarray | None, np.ndarray | None]:
         """:meth:`backward` once its arguments are checked: store the parameter gradients, return ``(d_x, d_state)``."""
         dz, d_state = self._back_through_time(d_outputs, d_last_state)
         # The same W_x, W_h and b serve every step, so their gradients are sums over the steps:
@@ -206,7 +210,7 @@ class Recurrent(OwnParameters):
         d_x, self.weights_x_grad, self.bias_grad = kernels.linear_backward(dz, x_rows, self.weights_x, True,
                                                                            input_delta)
         _, self.weights_h_grad, _ = kernels.linear_backward(dz, h_rows, self.weights_h, False, False)
-        return (None if d_x is None else d_x.reshape(x.shape)), d_state
+        return (None if d_x is None else d_x.reshape(x.shape)), (d_state if state_delta else None)
 
     def _check_window(self, x, state):
         check_sequence(x, "x", self.input_dim, width_name="this layer's input_dim")
@@ -317,12 +321,12 @@ class LSTM(Recurrent):
         last_state = np.concatenate([hs[:, -1], cs[:, -1]], axis=1)
         return last_state, {"hidden_states": hs, "cell_states": cs, "gate_values": gates}
 
-    def _backpropagate(self, x, hidden_states, d_outputs, d_last_state, input_delta):
+    def _backpropagate(self, x, hidden_states, d_outputs, d_last_state, input_delta, state_delta):
         if self.step_by_step:
-            return super()._backpropagate(x, hidden_states, d_outputs, d_last_state, input_delta)
+            return super()._backpropagate(x, hidden_states, d_outputs, d_last_state, input_delta, state_delta)
         d_x, self.weights_x_grad, self.weights_h_grad, self.bias_grad, d_state = fast_lstm.window_backward(
             x, hidden_states, self.cell_states, self.gate_values, d_outputs, d_last_state, self.weights_x,
-            self.weights_h, input_delta)
+            self.weights_h, input_delta, state_delta)
         return d_x, d_state
 
     def _back_through_time(self, d_outputs, d_last_state):

@@ -54,8 +54,7 @@ class BPTT(CoreGradient):
 
     def backward(self, core: Any, d_outputs: np.ndarray, g_hat: np.ndarray | None, *,
                  boundary_delta: bool) -> np.ndarray | None:
-        delta = core.backward(d_outputs, g_hat, input_delta=False)[1]
-        return delta if boundary_delta else None
+        return core.backward(d_outputs, g_hat, input_delta=False, state_delta=boundary_delta)[1]
 
 
 class EProp(CoreGradient):
