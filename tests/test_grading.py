@@ -372,6 +372,37 @@ kept.wait()
     assert result.stdout.split() == ["True", "True", "False", "False", "True", "True"], result.stderr
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+def test_without_a_sandbox_what_a_grader_started_ends_with_the_grader_killed_outright():
+    """--no-sandbox: a grader killed by SIGKILL (no handler runs) just after it started a process through its hold,
+    five times: the launcher has tied the process to the grader, so nothing is left; and a launcher whose
+    parent is not the one that built its command (already dead) ends before it runs anything."""
+    script = """
+import subprocess, sys, time
+from sgrad.course.processes import Unsandboxed
+with Unsandboxed(memory_mib=0, env={}) as hold:
+    started = subprocess.Popen(hold.command([sys.executable, "-c", "import time; time.sleep(60)"]))
+    print(started.pid, flush=True)
+    time.sleep(60)
+"""
+    for _ in range(5):
+        grader = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        started = int(grader.stdout.readline())
+        grader.kill()
+        grader.wait(timeout=60)
+        grader.stdout.close()
+        deadline = time.monotonic() + 5
+        while os.path.exists(f"/proc/{started}") and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not os.path.exists(f"/proc/{started}"), "a process started without a sandbox outlived its grader"
+    from sgrad.course.processes import Unsandboxed
+    with Unsandboxed(memory_mib=0, env={}) as hold:
+        command = hold.command([sys.executable, "-c", "print('ran')"])
+    command[3] = "1"  # as if built by a process that has died: the launcher's parent is not that one
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (1, "")
+
+
 def test_a_grader_that_fails_gives_not_graded_never_a_verdict(tmp_path):
     folder = tmp_path / "class"
     folder.mkdir()

@@ -1,11 +1,12 @@
 """The grader's hold on the processes of a notebook graded without a sandbox (``--no-sandbox``), and its own end.
 
-:class:`Unsandboxed` offers what :class:`sgrad.course.sandbox.Sandbox` offers, as far as a plain process
-can: each process starts through :data:`LAUNCHER`, which sets its address-space limit (``RLIMIT_AS``:
-per process, not for all together), moves to a private HOME, and then becomes the command (``exec``,
-same pid).  Each process's environment carries ``SGRAD_HELD=<token>``, a token per hold, which every
-process it starts inherits unless it clears its environment; :meth:`Unsandboxed.kill` kills what
-carries the token.  Nothing stops such a process from reading or changing what this user can.
+:class:`Unsandboxed` offers what :class:`sgrad.course.sandbox.Sandbox` offers, as far as a plain process can:
+each process starts through :data:`LAUNCHER`, which ties its life to the grader's (Linux: it is killed when
+the grader dies, even by SIGKILL), sets its address-space limit (``RLIMIT_AS``: per process, not for all
+together), moves to a private HOME, and then becomes the command (``exec``, same pid).  Each process's
+environment carries ``SGRAD_HELD=<token>``, a token per hold, which every process it starts inherits unless it
+clears its environment; :meth:`Unsandboxed.kill` kills what carries the token.  Nothing stops such a process
+from reading or changing what this user can.
 
 Either way, the grader makes itself a *child subreaper* (Linux), so that a process detached from its
 parent becomes the grader's child when that parent ends, rather than init's, and :func:`end_orphans`
@@ -24,9 +25,15 @@ from collections.abc import Collection
 from typing import Any
 
 MARKER = "SGRAD_HELD"
-LAUNCHER = ("import os, resource, sys; limit = int(sys.argv[1]); "
-            "limit and resource.setrlimit(resource.RLIMIT_AS, (limit, limit)); os.chdir(sys.argv[2]); "
-            "os.execvp(sys.argv[3], sys.argv[3:])")
+# `python -c LAUNCHER parent limit home argv...`.  On Linux it ties its life to its parent's first (SIGKILL when the
+# parent dies, kept through exec: PR_SET_PDEATHSIG), and ends at once if the parent has died already, so that a
+# grader killed outright leaves no kernel behind; then sets the limit, moves to HOME and becomes the command.
+LAUNCHER = ("import os, resource, sys\n"
+            "if sys.platform.startswith('linux'):\n"
+            "    import ctypes, signal; ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)\n"
+            "    os.getppid() == int(sys.argv[1]) or sys.exit(1)\n"
+            "limit = int(sys.argv[2]); limit and resource.setrlimit(resource.RLIMIT_AS, (limit, limit))\n"
+            "os.chdir(sys.argv[3]); os.execvp(sys.argv[4], sys.argv[4:])")
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
 
 
@@ -49,7 +56,7 @@ class Unsandboxed:
 
     def command(self, argv: list[str]) -> list[str]:
         """``argv``, started in the private HOME under the address-space limit."""
-        return [sys.executable, "-c", LAUNCHER, str(self.memory_mib * 2**20), self.home, *argv]
+        return [sys.executable, "-c", LAUNCHER, str(os.getpid()), str(self.memory_mib * 2**20), self.home, *argv]
 
     def kill(self) -> None:
         """Kill every process that carries this hold's token."""
