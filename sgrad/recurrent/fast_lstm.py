@@ -13,7 +13,8 @@ The plain layer (``LSTM.step_by_step = True``) runs :func:`sgrad.nn.kernels.lstm
 - the gates' derivatives from their stored outputs, ``s (1 - s)`` and ``1 - g**2``, in one buffer per step;
 - ``dh_{t-1} = dz_t W_hᵀ`` written into a column-major array, i.e. computed as ``(W_h dz_tᵀ)ᵀ``: the BLAS runs that
   shape faster (in float32) than rows of ``dz_t W_hᵀ``;
-- ``h_0 W_h`` skipped when the start state is zero (a sequence's first window), since it is zero;
+- ``h_0 W_h`` skipped when the start state is zero (a sequence's first window), since it is zero; and back,
+  ``dz_1 W_hᵀ`` skipped when nothing needs dL/d(state) at the window's start (``state_delta=False``);
 - the three weight gradients in one product, ``[x, h, 1]ᵀ dz`` over every step's rows, with no copy of dz.
 
 ``tests/test_fast_lstm.py`` checks both routines against the plain loop, in float32 and float64, with and without a
