@@ -118,7 +118,9 @@ def build(dest: pathlib.Path, source: pathlib.Path = SOURCE) -> pathlib.Path:
 def edition(source: pathlib.Path = SOURCE) -> dict[str, str]:
     """The edition's source, ``{module name: text}``, package ``__init__`` files as ``'sgrad.__init__'``."""
     trees: dict[str, ast.Module] = {}
-    pending = [_defining_module(source, package, name) for package, names in IMPORTS.items() for name in names]
+    defined = {package: _defined_in(source, package) for package in IMPORTS}
+    pending = [_defining_module(defined[package], package, name) for package, names in IMPORTS.items()
+               for name in names]
     while pending:
         module = pending.pop()
         if module in trees:
@@ -137,7 +139,7 @@ def edition(source: pathlib.Path = SOURCE) -> dict[str, str]:
                          "add each to sgrad.course.edition.WITHHELD")
     texts = {module: ast.unparse(tree) + "\n" for module, tree in trees.items()}
     for package in IMPORTS:
-        texts[f"{package}.__init__"] = _package(package, source)
+        texts[f"{package}.__init__"] = _package(package, defined[package])
     for package in sorted({module.rsplit(".", 1)[0] for module in trees} - set(IMPORTS)):  # sgrad's layers: nn, dni
         texts[f"{package}.__init__"] = _docstring_alone(_path(source, f"{package}.__init__"))
     return texts
@@ -150,14 +152,23 @@ def _path(source: pathlib.Path, module: str) -> pathlib.Path:
     return source.joinpath(*module.split(".")).with_suffix(".py")
 
 
-def _defining_module(source: pathlib.Path, package: str, name: str) -> str:
-    """The module of ``package`` (its own files, or its sub-packages' but the course's) that defines ``name`` at
-    its top."""
+def _defined_in(source: pathlib.Path, package: str) -> dict[str, list[str]]:
+    """``{name: the modules of package that define it at their top}``, over the package's own files and its
+    sub-packages' but the course's; each file read once."""
     folder = source.joinpath(*package.split("."))
-    paths = [path for path in sorted(folder.rglob("*.py")) if path.stem != "__init__"
-             and (package != "sgrad" or path.relative_to(folder).parts[0] != "course")]
-    found = [".".join((package, *path.relative_to(folder).with_suffix("").parts)) for path in paths
-             if name in _defined(ast.parse(path.read_text(encoding="utf-8")))]
+    defined: dict[str, list[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        if path.stem == "__init__" or (package == "sgrad" and path.relative_to(folder).parts[0] == "course"):
+            continue
+        module = ".".join((package, *path.relative_to(folder).with_suffix("").parts))
+        for name in _defined(ast.parse(path.read_text(encoding="utf-8"))):
+            defined.setdefault(name, []).append(module)
+    return defined
+
+
+def _defining_module(defined: dict[str, list[str]], package: str, name: str) -> str:
+    """The one module of ``package`` that defines ``name`` at its top, from :func:`_defined_in`."""
+    found = defined.get(name, [])
     if len(found) != 1:
         raise ValueError(f"expected one module of {package} to define {name}; found {found or 'none'}")
     return found[0]
@@ -331,11 +342,12 @@ def _docstring_alone(path: pathlib.Path) -> str:
     return f'"""{ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=False) or ""}"""\n'
 
 
-def _package(package: str, source: pathlib.Path) -> str:
-    """The edition's ``__init__`` of ``package``: its docstring, and the names of :data:`IMPORTS` from their modules."""
+def _package(package: str, defined: dict[str, list[str]]) -> str:
+    """The edition's ``__init__`` of ``package``: its docstring, and the names of :data:`IMPORTS` from their modules
+    (``defined``: :func:`_defined_in` of the package)."""
     by_module: dict[str, list[str]] = {}
     for name in IMPORTS[package]:
-        by_module.setdefault(_defining_module(source, package, name), []).append(name)
+        by_module.setdefault(_defining_module(defined, package, name), []).append(name)
     lines = [f'"""{PACKAGE_DOCSTRINGS[package]}"""', ""]
     lines += [f"from .{module[len(package) + 1:]} import {', '.join(names)}" for module, names in by_module.items()]
     lines += ["", f"__all__ = {list(IMPORTS[package])!r}"]
