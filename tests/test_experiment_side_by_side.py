@@ -1,6 +1,7 @@
 """Runs side by side (sgrad/experiments/side_by_side.py): each in a worker process, results in the runs' order,
 errors raised again in the driver, and no worker left behind whatever happens."""
 
+import atexit
 import contextlib
 import functools
 import multiprocessing
@@ -119,6 +120,24 @@ def test_a_ctrl_c_while_a_worker_starts_is_taken_once_it_has_started(monkeypatch
         run_side_by_side({"first": naps, "second": naps}, workers=2)
     assert time.monotonic() - start < 5  # taken at once, not after the runs' 10 s
     assert no_worker_left()
+
+
+def terminated_on_its_way_out(progress):
+    """Returns, and at the interpreter's exit gets SIGTERM, as from a driver that stops a worker while it ends."""
+    def sigterm_while_exiting():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(2)  # the signal is taken here, inside an atexit callback
+
+    atexit.register(sigterm_while_exiting)
+    return "done"
+
+
+def test_a_sigterm_that_reaches_a_worker_on_its_way_out_ends_it_without_a_word(capfd):
+    """Its run over, a worker ends at a SIGTERM: no SystemExit raised into the interpreter's exit, which would
+    print 'Exception ignored in atexit callback' and a traceback on the command's stderr."""
+    assert run_side_by_side({"a": terminated_on_its_way_out}, workers=1) == {"a": "done"}
+    assert no_worker_left()
+    assert capfd.readouterr().err == ""
 
 
 def test_the_worker_count_must_be_a_positive_integer():

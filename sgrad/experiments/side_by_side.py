@@ -162,17 +162,23 @@ def _serve(connection, relay_progress):
     signal.signal(signal.SIGTERM, _end)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # started blocked as well as ignored: still ignored
     threading.Thread(target=exit_with_driver, daemon=True).start()
-    with connection:
-        try:
-            run = connection.recv()
-        except EOFError:  # the driver stopped before it handed the run over
-            return
-        try:
-            result = run(functools.partial(_report_line, connection) if relay_progress else None)
-        except Exception as error:
-            connection.send(("error", _picklable(error)))
-            sys.exit(1)
-        connection.send(("result", result))
+    try:
+        with connection:
+            try:
+                run = connection.recv()
+            except EOFError:  # the driver stopped before it handed the run over
+                return
+            try:
+                result = run(functools.partial(_report_line, connection) if relay_progress else None)
+            except Exception as error:
+                connection.send(("error", _picklable(error)))
+                sys.exit(1)
+            connection.send(("result", result))
+    finally:
+        # The run is over, its cleanups done: a SIGTERM now (the driver stopping a worker that is on its way out)
+        # just ends the process.  Raised as SystemExit inside the interpreter's own exit (its atexit callbacks,
+        # its threads' shutdown), it would be printed there as an exception ignored, on the command's stderr.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _report_line(connection, line):
