@@ -520,7 +520,7 @@ def run_one(notebook: pathlib.Path, *, timeout: int, memory: int, seed: "int | N
     """``sgrad grade NOTEBOOK``: grade it, print the report, return the exit status (0, 1 or 2); ``record``: a
     file to write the verdicts to, as JSON.  Every process the notebook started has ended on return, on
     Ctrl-C (KeyboardInterrupt) and on SIGTERM (:class:`Terminated`) alike."""
-    processes.become_subreaper()
+    processes.set_subreaper(True)  # what its notebook's processes leave comes to it: see sgrad.course.processes
     previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         check_sandbox(sandboxed)

@@ -67,11 +67,6 @@ class Unsandboxed:
         return False
 
 
-def become_subreaper() -> bool:
-    """Make orphaned descendants of this process its children (Linux); whether that worked."""
-    return set_subreaper(True) is not None
-
-
 def set_subreaper(on: bool) -> "bool | None":
     """Make this process a child subreaper (``on``) or not (Linux); whether it was one before, or None if this
     platform cannot say or do it."""
