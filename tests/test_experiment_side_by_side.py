@@ -140,6 +140,39 @@ def test_a_sigterm_that_reaches_a_worker_on_its_way_out_ends_it_without_a_word(c
     assert capfd.readouterr().err == ""
 
 
+class SignalledWhenCollected:
+    """An object whose finalizer gets SIGTERM: the handler runs inside ``__del__``, where Python cannot raise."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # the signal is taken here, inside the finalizer
+            pass
+
+
+def terminated_inside_a_finalizer(cleaned, progress):
+    """A run whose SIGTERM lands in a finalizer; it writes ``cleaned`` as it unwinds."""
+    try:
+        SignalledWhenCollected()  # collected at once
+        time.sleep(30)
+        return "ran on"
+    finally:
+        with open(cleaned, "w") as file:
+            file.write("unwound")
+
+
+def test_a_sigterm_taken_where_python_cannot_raise_still_unwinds_the_run_at_once_without_a_word(capfd, tmp_path):
+    """Raised in a ``__del__`` (or the import system's weakref callbacks), the handler's SystemExit would be
+    printed as ignored and dropped: the run would go on, here for 30 s, where the driver would kill it."""
+    cleaned = tmp_path / "cleaned"
+    start = time.monotonic()
+    with pytest.raises(WorkerFailed, match=r"^the a run's worker died: exited with status 143$"):
+        run_side_by_side({"a": functools.partial(terminated_inside_a_finalizer, str(cleaned))}, workers=1)
+    assert time.monotonic() - start < 20
+    assert cleaned.read_text() == "unwound"
+    assert no_worker_left()
+    assert capfd.readouterr().err == ""
+
+
 def test_the_worker_count_must_be_a_positive_integer():
     with pytest.raises(ValueError, match="workers"):
         run_side_by_side({"a": sleeps}, workers=0)

@@ -25,6 +25,7 @@ temporary file; and a worker whose driver has gone exits at once.
 import contextlib
 import functools
 import multiprocessing
+import os
 import pickle
 import signal
 import sys
@@ -40,6 +41,7 @@ from ..argument_checks import check_integer
 
 Progress = Callable[[str], None] | None
 TERMINATED = 128 + signal.SIGTERM  # a worker's exit status after SIGTERM, as a shell reports it
+RESEND_AFTER = 0.01  # seconds: a SIGTERM that landed where it could not raise is sent again after this
 
 
 def run_side_by_side(runs: Mapping[str, Callable[[Progress], Any]], *, workers: int | None = None,
@@ -160,6 +162,7 @@ def _serve(connection, relay_progress):
     Ctrl-C is ignored, as the worker was started: it is the driver's to handle, and the driver stops every worker.
     """
     signal.signal(signal.SIGTERM, _end)
+    sys.unraisablehook = functools.partial(_send_sigterm_again, sys.unraisablehook)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # started blocked as well as ignored: still ignored
     threading.Thread(target=exit_with_driver, daemon=True).start()
     try:
@@ -193,6 +196,24 @@ def _end(signum, frame):
     short (a checkpoint's temporary file left behind)."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise SystemExit(TERMINATED)
+
+
+def _send_sigterm_again(hook, unraisable):
+    """The unraisable-exception hook of a worker: a SIGTERM taken where Python cannot raise is sent again.
+
+    Python runs a signal's handler wherever the main thread is, and that can be code whose exceptions it
+    prints and drops (a ``__del__``, a weakref callback such as the import system's): the SystemExit of
+    :func:`_end` would be printed on the command's stderr, and the run would go on until the driver's SIGKILL.
+    Instead the handler is set again and the signal sent again from another thread, a moment later, when the
+    main thread is back in ordinary code, where the SystemExit unwinds the run.  Any other unraisable
+    exception goes to ``hook``, Python's.
+    """
+    error = unraisable.exc_value
+    if not (isinstance(error, SystemExit) and error.code == TERMINATED):
+        hook(unraisable)
+        return
+    signal.signal(signal.SIGTERM, _end)
+    threading.Timer(RESEND_AFTER, os.kill, (os.getpid(), signal.SIGTERM)).start()
 
 
 def _picklable(error):
