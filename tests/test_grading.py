@@ -7,6 +7,7 @@ student tries against the grader is in tests/test_grading_attacks.py.
 """
 
 import csv
+import importlib.util
 import os
 import pathlib
 import re
@@ -143,6 +144,28 @@ def test_a_missing_file_or_one_that_is_not_a_notebook_exits_2(tmp_path, contents
     assert run.report == ""
     assert run.errors.startswith("sgrad grade: error: ") and message in run.errors
     assert len(run.errors.splitlines()) == 1
+
+
+READS_A_NOTEBOOK = """
+import pathlib, sys
+from sgrad.course.grader import read_notebook
+notebook = read_notebook(pathlib.Path(sys.argv[1]))
+print(sum(cell.cell_type == "code" for cell in notebook.cells), "rfc3987_syntax" in sys.modules)
+import rfc3987_syntax  # once nbformat has loaded, it imports as before
+print(rfc3987_syntax.__name__)
+"""
+
+
+def test_reading_a_notebook_holds_back_jsonschemas_iri_formats_while_nbformat_loads_and_leaves_imports_as_they_were():
+    """A grader reads its notebook in a fresh process: jsonschema's optional package for the IRI formats (which
+    builds a grammar as it is imported) is not loaded for nbformat, and can be imported as before afterwards."""
+    if importlib.util.find_spec("rfc3987_syntax") is None:
+        pytest.skip("rfc3987_syntax is not installed here: jsonschema does not import it")
+    run = subprocess.run([sys.executable, "-c", READS_A_NOTEBOOK, str(NOTEBOOK)], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    code_cells = sum(cell.cell_type == "code" for cell in nbformat.read(NOTEBOOK, as_version=4).cells)
+    assert run.stdout.split() == [str(code_cells), "False", "rfc3987_syntax"]
 
 
 @pytest.mark.parametrize("option, value, said", [

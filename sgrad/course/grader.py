@@ -131,8 +131,7 @@ NO_SANDBOX = ("graded without a sandbox (--no-sandbox): the notebook could read 
 
 def read_notebook(path: pathlib.Path) -> Any:
     """The notebook at ``path``, as nbformat version 4; GradingError if there is none."""
-    import nbformat  # here: only grading needs the notebook libraries (the "notebooks" extra)
-
+    nbformat = _nbformat()
     if not path.is_file():
         raise GradingError(f"no notebook at {path}")
     try:
@@ -141,6 +140,25 @@ def read_notebook(path: pathlib.Path) -> Any:
     except Exception as error:  # nbformat says "not JSON", "missing a key", ...: any of them means not a notebook
         raise GradingError(f"{path} is not a Jupyter notebook ({type(error).__name__}: {error})") from None
     return notebook
+
+
+def _nbformat() -> Any:
+    """nbformat, imported here: only grading needs the notebook libraries (the "notebooks" extra).
+
+    nbformat imports jsonschema, and jsonschema, when it can, the optional package ``rfc3987_syntax`` for its
+    checks of the "iri" formats, which no notebook schema uses.  That import builds a parser's grammar, most of a
+    grader's start-up, and a class starts a grader for every notebook.  So it is held back while nbformat loads
+    (jsonschema then goes without those two formats) and let through again after.
+    """
+    held_back = "rfc3987_syntax" not in sys.modules
+    if held_back:
+        sys.modules["rfc3987_syntax"] = None  # type: ignore[assignment]  # "import rfc3987_syntax" raises ImportError
+    try:
+        import nbformat
+    finally:
+        if held_back:
+            del sys.modules["rfc3987_syntax"]
+    return nbformat
 
 
 def grade(path: pathlib.Path, *, timeout: int = TIMEOUT, memory: int = MEMORY, seed: "int | None" = None,
