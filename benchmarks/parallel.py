@@ -10,7 +10,9 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
    second in the steady state (worker 0's start of batch steps/4 to its start of batch 3 steps/4;
    ``--steps`` for DNI, five times as many for backprop, whose step is some fifteen times shorter),
    and the seconds the workers spent computing per step (their timelines' forward, backward and
-   update events), beside the compute measured in one process;
+   update events), beside the compute measured in one process; and, for DNI on 2 workers, each
+   worker's share of the work taken outside the pipeline, both shares at once in processes set up as
+   workers are (no message, no wait, no timeline): what the pipeline itself adds to a worker's step;
 3. the machine the simulator is given, measured apart from those runs (``machine_costs``), on each
    engine: a message's ``transfer`` time (half a round trip of a worker's messages, h of one batch
    and its labels up, (256, 256) and (256, 10) float32, and the target down, between two workers that
@@ -60,6 +62,7 @@ from sgrad.parallel.engines import WORKER_ENVIRONMENT
 from sgrad.parallel.local import environment, exit_with_driver
 from sgrad.parallel.messages import Message
 from sgrad.parallel.simulator import BlockTimes, scaling, throughput
+from sgrad.parallel.worker import split_layers
 
 CONFIG = PaperConfig(dtype="float32")
 BATCH, CLASSES, EXAMPLES, TEST = CONFIG.batch_size, 10, 8192, 1024
@@ -343,18 +346,73 @@ def step_seconds(method, steps):
     return single_process_step(method, data()[:2], steps)
 
 
+def dni_share_seconds(workers, steps, worker):
+    """``(worker, seconds)``: mean seconds per step of DNI worker ``worker``'s share of the work on ``workers`` workers.
+
+    Its blocks (and the top layer, for the top worker) take each step as ``sgrad.parallel.schedules.Decoupled``
+    takes it (forward, the top's step, each block's step on ĝ, each generator's regression), but outside the
+    pipeline: no message and no timeline; the bottom worker gathers its batch, a worker above takes a fixed
+    input, and a stage below the top regresses its last generator onto a fixed target.  A tenth of the steps
+    warms up.
+    """
+    layers = build_network("dni", 784, CONFIG)
+    share = split_layers(len(layers), workers)[worker]
+    is_top = share.stop == len(layers)
+    blocks, top = [layers[i] for i in share][:len(share) - is_top], layers[-1] if is_top else None
+    train, rng = data()[:2], np.random.default_rng(worker)
+    fixed_input = (rng.random((BATCH, blocks[0].input_dim), dtype=np.float32),
+                   np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, BATCH)])
+    from_above = 1e-3 * rng.standard_normal((BATCH, blocks[-1].output_dim)).astype(np.float32)
+
+    def step(t):
+        x, y = batch(train, t) if worker == 0 else fixed_input
+        hs = []
+        for block in blocks:
+            hs.append(block.forward(hs[-1] if hs else x))
+        if is_top:
+            _, g = summed_cross_entropy(top.forward(hs[-1]), y)
+            top_delta = top.backward(g)
+            top.update(CONFIG.alpha)
+        for j, block in enumerate(blocks):
+            if j == len(blocks) - 1 and not is_top and t > 0:
+                block.update_generator(from_above)  # the target of the batch before, as regress_late takes it
+            delta, _ = block.update_from_synthetic_gradient(hs[j], None, input_delta=not (worker == 0 and j == 0))
+            if j > 0:
+                blocks[j - 1].update_generator(delta)
+        if is_top:
+            blocks[-1].update_generator(top_delta)
+
+    warm = max(1, steps // 10)
+    for t in range(warm):
+        step(t)
+    start = time.perf_counter()
+    for t in range(warm, steps):
+        step(t)
+    return worker, (time.perf_counter() - start) / (steps - warm)
+
+
+def dni_shares_at_once(workers, steps):
+    """``{worker: seconds per step}``: every DNI worker's share (:func:`dni_share_seconds`), each in a local worker's
+    process, all at once."""
+    return dict(in_workers(workers, dni_share_seconds, workers, steps, each=[(k,) for k in range(workers)]))
+
+
 def _run(function, args, start, results):
     threading.Thread(target=exit_with_driver, daemon=True).start()
     start.wait()
     results.put(function(*args))
 
 
-def in_workers(copies, function, *args):
+def in_workers(copies, function, *args, each=None):
     """``function(*args)`` in each of ``copies`` local processes started together and set up as the local engine's
-    workers are (one BLAS thread, malloc keeping the memory it frees): their results, in the order they finish."""
+    workers are (one BLAS thread, malloc keeping the memory it frees): their results, in the order they finish.
+
+    ``each``: for each process, a tuple of the arguments that follow ``args`` there (default: none).
+    """
     context = multiprocessing.get_context("spawn")
     start, results = context.Event(), context.Queue()
-    processes = [context.Process(target=_run, args=(function, args, start, results)) for _ in range(copies)]
+    processes = [context.Process(target=_run, args=(function, (*args, *extra), start, results))
+                 for extra in (each or [()] * copies)]
     try:
         with environment(WORKER_ENVIRONMENT):
             for process in processes:
@@ -461,6 +519,7 @@ def report(args):
     costs: dict = {name: [] for name in engines}
     computing: dict = {}
     where: dict = {}
+    outside: list = []  # each repeat's {worker: seconds per step} of the DNI workers' shares outside the pipeline
     load_before = os.getloadavg()[0]
     for repeat in range(args.repeats):
         for method in methods:
@@ -476,6 +535,7 @@ def report(args):
                         computing.setdefault((method, name, workers), []).append(seconds)
                         where.setdefault((method, name, workers), []).append(shares)
                 costs[name].append(machine_costs(name, methods, args.steps // 2))
+        outside.append(dni_shares_at_once(2, args.steps // 2))
         print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr, flush=True)
     cores = os.cpu_count()
     machines = {name: {"transfer": float(np.median([c["transfer"] for c in values])),
@@ -527,7 +587,7 @@ def report(args):
               f"{1e3 * m['wake']['backprop']:.2f} ms | {100 * m['contention']['dni']:+.1f}% / "
               f"{100 * m['contention']['backprop']:+.1f}% |" for name, m in machines.items()]
     lines += ["", *(f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks.items())]
-    lines += ["", *where_the_time_goes(where[("dni", "local", 2)], np.median(runs[("dni", "one process", 1)]))]
+    lines += ["", *where_the_time_goes(where[("dni", "local", 2)], np.median(runs[("dni", "one process", 1)]), outside)]
     lines += ["", *simulated_scaling(measured_blocks, machines)]
     text = "\n".join(lines)
     print(text)
@@ -544,6 +604,7 @@ def report(args):
                                            for (m, e, w), v in computing.items()],
             "where_the_time_goes": [{"method": m, "engine": e, "workers": w, "seconds_per_step": v}
                                     for (m, e, w), v in where.items()],
+            "dni_shares_outside_the_pipeline": [{str(k): v for k, v in shares.items()} for shares in outside],
             "command": "python benchmarks/parallel.py " + " ".join(sys.argv[1:]),
             "cpu": describe_machine(), "date": datetime.date.today().isoformat(),
             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -552,11 +613,14 @@ def report(args):
     return 0 if all(checks.values()) else 1
 
 
-def where_the_time_goes(repeats, one_process_rate):
+def where_the_time_goes(repeats, one_process_rate, outside):
     """A table: DNI on 2 local workers, each worker's step by kind of event (median over the repeats), in ms.
 
-    Beside it, half the single-process step: what each worker's step would take if the work split evenly and
-    nothing else cost anything.  ``repeats``: :func:`pipeline_throughput`'s ``shares`` of each repeat.
+    Beside it, each worker's share of the work taken outside the pipeline, both at once (``outside``: each repeat's
+    :func:`dni_shares_at_once`): what its step would take with no message, no wait and no timeline, the other
+    worker computing beside it; and half the single-process step: what each worker's step would take if the work
+    split evenly and nothing else cost anything.  ``repeats``: :func:`pipeline_throughput`'s ``shares`` of each
+    repeat.
     """
     kinds = ("forward", "dni", "update", "backward", "wait", "other")
     lines = ["Where a step's time goes, DNI on 2 local workers (ms per step, median of the repeats; `dni` is the "
@@ -568,6 +632,9 @@ def where_the_time_goes(repeats, one_process_rate):
         values = {kind: float(np.median([shares[worker].get(kind, 0.0) for shares in repeats])) for kind in kinds}
         lines.append(f"| worker {worker} | " + " | ".join(f"{1e3 * values[kind]:.2f}" for kind in kinds)
                      + f" | {1e3 * sum(values.values()):.2f} |")
+    for worker in sorted(outside[0]):
+        seconds = float(np.median([shares[worker] for shares in outside]))
+        lines.append(f"| worker {worker}'s share outside the pipeline, both at once | | | | | | | {1e3 * seconds:.2f} |")
     lines.append(f"| half the single-process step | | | | | | | {1e3 * BATCH / one_process_rate / 2:.2f} |")
     return lines
 

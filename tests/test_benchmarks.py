@@ -212,6 +212,12 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert where[("dni", 2)]["0"]["dni"] > 0 and where[("dni", 2)]["1"]["update"] > 0
     table = (tmp_path / "results.md").read_text().split("Where a step's time goes")[1]
     assert "| worker 0 | " in table and "| worker 1 | " in table and "| half the single-process step |" in table
+    # Each worker's share of the work outside the pipeline, both at once: a step of its own, in the table's last column.
+    outside = measured["dni_shares_outside_the_pipeline"]
+    assert len(outside) == 1 and sorted(outside[0]) == ["0", "1"] and min(outside[0].values()) > 0, outside
+    for worker, seconds in outside[0].items():
+        cells = table.split(f"| worker {worker}'s share outside the pipeline, both at once |")[1].split("\n")[0]
+        assert cells.strip(" |").split(" | ")[-1] == f"{1e3 * seconds:.2f}", cells
 
 
 def tiny_comparison(tmp_path, schedules, iterations, eval_every):
