@@ -357,8 +357,8 @@ def dni_share_seconds(workers, steps, worker):
     """
     layers = build_network("dni", 784, CONFIG)
     share = split_layers(len(layers), workers)[worker]
-    is_top = share.stop == len(layers)
-    blocks, top = [layers[i] for i in share][:len(share) - is_top], layers[-1] if is_top else None
+    mine, is_top = [layers[i] for i in share], share.stop == len(layers)
+    blocks, top = (mine[:-1], mine[-1]) if is_top else (mine, None)
     train, rng = data()[:2], np.random.default_rng(worker)
     fixed_input = (rng.random((BATCH, blocks[0].input_dim), dtype=np.float32),
                    np.eye(CLASSES, dtype=np.float32)[rng.integers(0, CLASSES, BATCH)])
