@@ -22,8 +22,9 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
    and the ``wake`` cost (what a round trip costs beyond that when both sides take a step of the
    method between messages, so that each sleeps until its message comes);
 4. each block's forward, backward, update, generator and regression times, and the top layer's,
-   measured in a process set up as a worker is (one BLAS thread, malloc keeping freed memory);
-   the simulator's throughput from them and the machine, against the measured ones (and, for
+   measured in every repeat, after its runs, in a process set up as a worker is (one BLAS thread,
+   malloc keeping freed memory), over as many batches as take about as long for both methods; the
+   simulator's throughput from their medians over the repeats and the machine, against the measured ones (and, for
    comparison, on an ideal machine: transfer only); and its throughput for a net of 64 such blocks
    on K = 1 to 64 workers, each with a core of its own;
 5. with ``--ray``, the runs and the machine on Ray actors too (Ray runs only while they are measured).
@@ -68,6 +69,7 @@ CONFIG = PaperConfig(dtype="float32")
 BATCH, CLASSES, EXAMPLES, TEST = CONFIG.batch_size, 10, 8192, 1024
 TARGET_SPEEDUP, TOLERANCE = 1.9, 0.10
 BACKPROP_STEPS = 5  # times --steps, for backprop's runs
+BLOCK_ROUNDS = {"dni": 30, "backprop": 30 * BACKPROP_STEPS}  # batches each block is timed over, in every repeat
 
 
 def data(seed=0, examples=EXAMPLES, test=TEST):
@@ -159,9 +161,16 @@ def pipeline_throughput(method, split, workers, steps, engine):
     return BATCH / cycle, computing, shares
 
 
-def worker_block_times(method):
-    """:func:`block_times` of ``method``, measured in a process set up as a local worker is."""
-    return in_workers(1, block_times, method, data()[:2])[0]
+def worker_block_times(method, rounds):
+    """:func:`block_times` of ``method`` over ``rounds`` batches, measured in a process set up as a local worker is."""
+    return in_workers(1, block_times, method, data()[:2], rounds)[0]
+
+
+def median_block_times(measurements):
+    """``(blocks, top)``: each of :func:`block_times`' figures, the median over ``measurements`` (one per repeat)."""
+    blocks = [BlockTimes(*np.median([measured[0][j] for measured in measurements], axis=0).tolist())
+              for j in range(len(measurements[0][0]))]
+    return blocks, float(np.median([measured[1] for measured in measurements]))
 
 
 def block_times(method, train, rounds=30, config=CONFIG, schedule=None):
@@ -520,6 +529,7 @@ def report(args):
     computing: dict = {}
     where: dict = {}
     outside: list = []  # each repeat's {worker: seconds per step} of the DNI workers' shares outside the pipeline
+    timed_blocks: dict = {method: [] for method in methods}  # each repeat's block_times, the simulator's input
     load_before = os.getloadavg()[0]
     for repeat in range(args.repeats):
         for method in methods:
@@ -536,6 +546,8 @@ def report(args):
                         where.setdefault((method, name, workers), []).append(shares)
                 costs[name].append(machine_costs(name, methods, args.steps // 2))
         outside.append(dni_shares_at_once(2, args.steps // 2))
+        for method in methods:
+            timed_blocks[method].append(worker_block_times(method, BLOCK_ROUNDS[method]))
         print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr, flush=True)
     cores = os.cpu_count()
     machines = {name: {"transfer": float(np.median([c["transfer"] for c in values])),
@@ -545,7 +557,7 @@ def report(args):
                 for name, values in costs.items()}
     predicted, ideal, measured_blocks = {}, {}, {}
     for method in methods:
-        blocks, top = measured_blocks[method] = worker_block_times(method)
+        blocks, top = measured_blocks[method] = median_block_times(timed_blocks[method])
         for name, machine in machines.items():
             for workers in (1, 2):
                 predicted[(method, name, workers)] = throughput(
@@ -605,6 +617,8 @@ def report(args):
             "where_the_time_goes": [{"method": m, "engine": e, "workers": w, "seconds_per_step": v}
                                     for (m, e, w), v in where.items()],
             "dni_shares_outside_the_pipeline": [{str(k): v for k, v in shares.items()} for shares in outside],
+            "block_times": {method: [{"blocks": [block._asdict() for block in blocks], "top": top}
+                                     for blocks, top in measurements] for method, measurements in timed_blocks.items()},
             "command": "python benchmarks/parallel.py " + " ".join(sys.argv[1:]),
             "cpu": describe_machine(), "date": datetime.date.today().isoformat(),
             "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],

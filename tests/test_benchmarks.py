@@ -218,6 +218,14 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     for worker, seconds in outside[0].items():
         cells = table.split(f"| worker {worker}'s share outside the pipeline, both at once |")[1].split("\n")[0]
         assert cells.strip(" |").split(" | ")[-1] == f"{1e3 * seconds:.2f}", cells
+    # The simulator's input: each block's times, measured in every repeat (here one), 2 hidden blocks and the top.
+    timed = measured["block_times"]
+    assert sorted(timed) == ["backprop", "dni"] and all(len(repeats) == 1 for repeats in timed.values()), timed
+    for method, [repeat] in timed.items():
+        assert len(repeat["blocks"]) == 2 and repeat["top"] > 0, (method, repeat)
+        assert all(block["forward"] > 0 and block["update"] > 0 for block in repeat["blocks"]), (method, repeat)
+    assert all(block["generator"] > 0 and block["regression"] > 0 for block in timed["dni"][0]["blocks"])
+    assert all(block["generator"] == 0 for block in timed["backprop"][0]["blocks"])
 
 
 def tiny_comparison(tmp_path, schedules, iterations, eval_every):
