@@ -24,9 +24,10 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
 4. each block's forward, backward, update, generator and regression times, and the top layer's,
    measured in every repeat, after its runs, in a process set up as a worker is (one BLAS thread,
    malloc keeping freed memory), over 30 batches for DNI and five times as many for backprop, whose
-   step is much shorter (``BLOCK_ROUNDS``); the simulator's throughput from their medians over the repeats and the
-   machine, against the measured ones (and, for comparison, on an ideal machine: transfer only);
-   and its throughput for a net of 64 such blocks on K = 1 to 64 workers, each with a core of its own;
+   step is much shorter (``BLOCK_ROUNDS``); the simulator's throughput from their medians over the
+   repeats and the machine, against the measured ones (and, for comparison, on an ideal machine:
+   transfer only); and its throughput for a net of 64 such blocks on K = 1 to 64 workers, each with
+   a core of its own;
 5. with ``--ray``, the runs and the machine on Ray actors too (Ray runs only while they are measured).
 
 Targets (exit status 0 if all hold): 2 workers' DNI at least 1.9x the single-process DNI step;
