@@ -11,8 +11,9 @@ layers of 1024, float32, Adam, batch 256; random inputs, which cost what MNIST's
    ``--steps`` for DNI, five times as many for backprop, whose step is some fifteen times shorter),
    and the seconds the workers spent computing per step (their timelines' forward, backward and
    update events), beside the compute measured in one process; and, for DNI on 2 workers, each
-   worker's share of the work taken outside the pipeline, both shares at once in processes set up as
-   workers are (no message, no wait, no timeline): what the pipeline itself adds to a worker's step;
+   worker's share of the work taken outside the pipeline in processes set up as workers are (no
+   message, no wait, no timeline), each alone and then both at once: how much of the gap to 2x is the
+   split's imbalance, how much the two workers slowing each other down, and how much the pipeline;
 3. the machine the simulator is given, measured apart from those runs (``machine_costs``), on each
    engine: a message's ``transfer`` time (half a round trip of a worker's messages, h of one batch
    and its labels up, (256, 256) and (256, 10) float32, and the target down, between two workers that
@@ -407,6 +408,13 @@ def dni_shares_at_once(workers, steps):
     return dict(in_workers(workers, dni_share_seconds, workers, steps, each=[(k,) for k in range(workers)]))
 
 
+def dni_shares_alone(workers, steps):
+    """``{worker: seconds per step}``: each DNI worker's share (:func:`dni_share_seconds`) in a local worker's process
+    of its own, one after the other: nothing computing beside it."""
+    return {worker: seconds for k in range(workers)
+            for worker, seconds in in_workers(1, dni_share_seconds, workers, steps, each=[(k,)])}
+
+
 def _run(function, args, start, results):
     threading.Thread(target=exit_with_driver, daemon=True).start()
     start.wait()
@@ -530,6 +538,7 @@ def report(args):
     computing: dict = {}
     where: dict = {}
     outside: list = []  # each repeat's {worker: seconds per step} of the DNI workers' shares outside the pipeline
+    alone: list = []  # the same, each share with nothing beside it
     timed_blocks: dict = {method: [] for method in methods}  # each repeat's block_times, the simulator's input
     load_before = os.getloadavg()[0]
     for repeat in range(args.repeats):
@@ -547,6 +556,7 @@ def report(args):
                         where.setdefault((method, name, workers), []).append(shares)
                 costs[name].append(machine_costs(name, methods, args.steps // 2))
         outside.append(dni_shares_at_once(2, args.steps // 2))
+        alone.append(dni_shares_alone(2, args.steps // 2))
         for method in methods:
             timed_blocks[method].append(worker_block_times(method, BLOCK_ROUNDS[method]))
         print(f"repeat {repeat + 1} of {args.repeats} done", file=sys.stderr, flush=True)
@@ -600,7 +610,8 @@ def report(args):
               f"{1e3 * m['wake']['backprop']:.2f} ms | {100 * m['contention']['dni']:+.1f}% / "
               f"{100 * m['contention']['backprop']:+.1f}% |" for name, m in machines.items()]
     lines += ["", *(f"- {'met' if ok else 'MISSED'}: {text}" for text, ok in checks.items())]
-    lines += ["", *where_the_time_goes(where[("dni", "local", 2)], np.median(runs[("dni", "one process", 1)]), outside)]
+    lines += ["", *where_the_time_goes(where[("dni", "local", 2)], np.median(runs[("dni", "one process", 1)]), alone,
+                                        outside)]
     lines += ["", *simulated_scaling(measured_blocks, machines)]
     text = "\n".join(lines)
     print(text)
@@ -618,6 +629,7 @@ def report(args):
             "where_the_time_goes": [{"method": m, "engine": e, "workers": w, "seconds_per_step": v}
                                     for (m, e, w), v in where.items()],
             "dni_shares_outside_the_pipeline": [{str(k): v for k, v in shares.items()} for shares in outside],
+            "dni_shares_alone": [{str(k): v for k, v in shares.items()} for shares in alone],
             "block_times": {method: [{"blocks": [block._asdict() for block in blocks], "top": top}
                                      for blocks, top in measurements] for method, measurements in timed_blocks.items()},
             "command": "python benchmarks/parallel.py " + " ".join(sys.argv[1:]),
@@ -628,29 +640,37 @@ def report(args):
     return 0 if all(checks.values()) else 1
 
 
-def where_the_time_goes(repeats, one_process_rate, outside):
+def where_the_time_goes(repeats, one_process_rate, alone, outside):
     """A table: DNI on 2 local workers, each worker's step by kind of event (median over the repeats), in ms.
 
-    Beside it, each worker's share of the work taken outside the pipeline, both at once (``outside``: each repeat's
-    :func:`dni_shares_at_once`): what its step would take with no message, no wait and no timeline, the other
-    worker computing beside it; and half the single-process step: what each worker's step would take if the work
+    Below it, each worker's share of the work taken outside the pipeline (:func:`dni_share_seconds`): what its
+    step would take with no message, no wait and no timeline, first with nothing beside it (``alone``: each
+    repeat's :func:`dni_shares_alone`), then with the other worker computing beside it (``outside``: each repeat's
+    :func:`dni_shares_at_once`); and half the single-process step: what each worker's step would take if the work
     split evenly and nothing else cost anything.  ``repeats``: :func:`pipeline_throughput`'s ``shares`` of each
-    repeat.
+    repeat.  The last column, the single-process step over the row's step, is the speedup 2 workers would reach
+    if every step took that long: the slower worker's row bounds it.
     """
     kinds = ("forward", "dni", "update", "backward", "wait", "other")
+    single = BATCH / one_process_rate
     lines = ["Where a step's time goes, DNI on 2 local workers (ms per step, median of the repeats; `dni` is the "
              "block's step on ĝ, with the generator's prediction; `update` the generator's regression; `other` what "
-             "no event covers: sending, the loop's own code):", "",
-             "| DNI, 2 local workers, ms per step | " + " | ".join(kinds) + " | step |",
-             "|---|" + "---:|" * (len(kinds) + 1)]
+             "no event covers: sending, the loop's own code; the last column is the single-process step over the "
+             "row's step):", "",
+             "| DNI, 2 local workers, ms per step | " + " | ".join(kinds) + " | step | one process / step |",
+             "|---|" + "---:|" * (len(kinds) + 2)]
+    blank = "| " * len(kinds)
     for worker in sorted(repeats[0]):
         values = {kind: float(np.median([shares[worker].get(kind, 0.0) for shares in repeats])) for kind in kinds}
+        step = sum(values.values())
         lines.append(f"| worker {worker} | " + " | ".join(f"{1e3 * values[kind]:.2f}" for kind in kinds)
-                     + f" | {1e3 * sum(values.values()):.2f} |")
-    for worker in sorted(outside[0]):
-        seconds = float(np.median([shares[worker] for shares in outside]))
-        lines.append(f"| worker {worker}'s share outside the pipeline, both at once | | | | | | | {1e3 * seconds:.2f} |")
-    lines.append(f"| half the single-process step | | | | | | | {1e3 * BATCH / one_process_rate / 2:.2f} |")
+                     + f" | {1e3 * step:.2f} | {single / step:.2f} |")
+    for label, measured in (("alone", alone), ("both at once", outside)):
+        for worker in sorted(measured[0]):
+            seconds = float(np.median([shares[worker] for shares in measured]))
+            lines.append(f"| worker {worker}'s share outside the pipeline, {label} {blank}| {1e3 * seconds:.2f} "
+                         f"| {single / seconds:.2f} |")
+    lines.append(f"| half the single-process step {blank}| {1e3 * single / 2:.2f} | 2.00 |")
     return lines
 
 

@@ -204,6 +204,8 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     where = {(w["method"], w["workers"]): w["seconds_per_step"][0] for w in measured["where_the_time_goes"]}
     assert sorted(where) == [("backprop", 1), ("backprop", 2), ("dni", 1), ("dni", 2)]
     rate = {(r["method"], r["workers"]): r["examples_per_second"][0] for r in measured["runs"] if r["engine"] == "local"}
+    [rate_one_process] = [r["examples_per_second"][0] for r in measured["runs"]
+                          if (r["method"], r["engine"]) == ("dni", "one process")]
     for key, workers in where.items():
         assert sorted(workers) == [str(k) for k in range(key[1])], key  # JSON's keys
         for shares in workers.values():
@@ -212,12 +214,20 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert where[("dni", 2)]["0"]["dni"] > 0 and where[("dni", 2)]["1"]["update"] > 0
     table = (tmp_path / "results.md").read_text().split("Where a step's time goes")[1]
     assert "| worker 0 | " in table and "| worker 1 | " in table and "| half the single-process step |" in table
-    # Each worker's share of the work outside the pipeline, both at once: a step of its own, in the table's last column.
-    outside = measured["dni_shares_outside_the_pipeline"]
-    assert len(outside) == 1 and sorted(outside[0]) == ["0", "1"] and min(outside[0].values()) > 0, outside
-    for worker, seconds in outside[0].items():
-        cells = table.split(f"| worker {worker}'s share outside the pipeline, both at once |")[1].split("\n")[0]
-        assert cells.strip(" |").split(" | ")[-1] == f"{1e3 * seconds:.2f}", cells
+    # Each worker's share of the work outside the pipeline, alone and both at once: a step of its own, in the table's
+    # step column, and the single-process step over it in the last.
+    single = 256 / rate_one_process
+    for label, key in (("alone", "dni_shares_alone"), ("both at once", "dni_shares_outside_the_pipeline")):
+        outside = measured[key]
+        assert len(outside) == 1 and sorted(outside[0]) == ["0", "1"] and min(outside[0].values()) > 0, outside
+        for worker, seconds in outside[0].items():
+            cells = table.split(f"| worker {worker}'s share outside the pipeline, {label} |")[1].split("\n")[0]
+            assert cells.strip(" |").split(" | ")[-2:] == [f"{1e3 * seconds:.2f}", f"{single / seconds:.2f}"], cells
+    for worker in "01":
+        cells = table.split(f"| worker {worker} |")[1].split("\n")[0].strip(" |").split(" | ")
+        assert abs(float(cells[-1]) - single / float(cells[-2]) * 1e3) < 0.01, cells  # the step is rounded to 0.01 ms
+    assert table.split("| half the single-process step |")[1].split("\n")[0].strip(" |").split(" | ")[-2:] == [
+        f"{1e3 * single / 2:.2f}", "2.00"]
     # The simulator's input: each block's times, measured in every repeat (here one), 2 hidden blocks and the top.
     timed = measured["block_times"]
     assert sorted(timed) == ["backprop", "dni"] and all(len(repeats) == 1 for repeats in timed.values()), timed
