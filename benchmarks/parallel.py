@@ -411,8 +411,7 @@ def dni_shares_at_once(workers, steps):
 def dni_shares_alone(workers, steps):
     """``{worker: seconds per step}``: each DNI worker's share (:func:`dni_share_seconds`) in a local worker's process
     of its own, one after the other: nothing computing beside it."""
-    return {worker: seconds for k in range(workers)
-            for worker, seconds in in_workers(1, dni_share_seconds, workers, steps, each=[(k,)])}
+    return dict(in_workers(1, dni_share_seconds, workers, steps, each=[(k,)])[0] for k in range(workers))
 
 
 def _run(function, args, start, results):
@@ -643,13 +642,14 @@ def report(args):
 def where_the_time_goes(repeats, one_process_rate, alone, outside):
     """A table: DNI on 2 local workers, each worker's step by kind of event (median over the repeats), in ms.
 
-    Below it, each worker's share of the work taken outside the pipeline (:func:`dni_share_seconds`): what its
-    step would take with no message, no wait and no timeline, first with nothing beside it (``alone``: each
-    repeat's :func:`dni_shares_alone`), then with the other worker computing beside it (``outside``: each repeat's
-    :func:`dni_shares_at_once`); and half the single-process step: what each worker's step would take if the work
-    split evenly and nothing else cost anything.  ``repeats``: :func:`pipeline_throughput`'s ``shares`` of each
-    repeat.  The last column, the single-process step over the row's step, is the speedup 2 workers would reach
-    if every step took that long: the slower worker's row bounds it.
+    Below the workers' rows, each worker's share of the work taken outside the pipeline
+    (:func:`dni_share_seconds`): what its step would take with no message, no wait and no timeline, first with
+    nothing beside it (``alone``: each repeat's :func:`dni_shares_alone`), then with the other worker computing
+    beside it (``outside``: each repeat's :func:`dni_shares_at_once`); and half the single-process step: what each
+    worker's step would take if the work split evenly and nothing else cost anything.  ``repeats``:
+    :func:`pipeline_throughput`'s ``shares`` of each repeat.  The last column, the single-process step over the
+    row's step, is the speedup 2 workers would reach if every step took that long: the slower worker's row
+    bounds it.
     """
     kinds = ("forward", "dni", "update", "backward", "wait", "other")
     single = BATCH / one_process_rate

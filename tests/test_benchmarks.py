@@ -218,9 +218,9 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     # step column, and the single-process step over it in the last.
     single = 256 / rate_one_process
     for label, key in (("alone", "dni_shares_alone"), ("both at once", "dni_shares_outside_the_pipeline")):
-        outside = measured[key]
-        assert len(outside) == 1 and sorted(outside[0]) == ["0", "1"] and min(outside[0].values()) > 0, outside
-        for worker, seconds in outside[0].items():
+        shares = measured[key]
+        assert len(shares) == 1 and sorted(shares[0]) == ["0", "1"] and min(shares[0].values()) > 0, shares
+        for worker, seconds in shares[0].items():
             cells = table.split(f"| worker {worker}'s share outside the pipeline, {label} |")[1].split("\n")[0]
             assert cells.strip(" |").split(" | ")[-2:] == [f"{1e3 * seconds:.2f}", f"{single / seconds:.2f}"], cells
     for worker in "01":
