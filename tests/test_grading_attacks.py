@@ -80,13 +80,17 @@ class MyFullDNI(MyDNI):
     def update_synthetic_weights(self, target_gradient):
         return getattr(type(self).mro()[2], "update_synthetic_weights")(self, target_gradient)"""]
 
+# Folders a search of the whole disk skips: the system's and the installed packages, which no grader fills
+# (walking them takes longer than an exercise's check may when the disk cache is cold).
+SYSTEM_FOLDERS = ("proc", "sys", "dev", "usr", "site-packages", ".git")
+
 # The instructor's answers, looked for on the disk (a clone holds them in notebooks/instructor/) and imported.
-FIND_THE_SOLUTIONS = """\
+FIND_THE_SOLUTIONS = f"""\
 import os, sys
 
 def instructors_answers():
     for root, folders, files in os.walk("/"):
-        folders[:] = [f for f in folders if f not in ("proc", "sys", "dev", "usr", "site-packages", ".git")]
+        folders[:] = [f for f in folders if f not in {SYSTEM_FOLDERS}]
         if os.path.basename(root) == "instructor" and "solutions.py" in files:
             sys.path.insert(0, root)
             import solutions
@@ -239,11 +243,18 @@ class {class_name}({base}):
         raise RuntimeError("no classmate's {class_name} found")"""
 
 
-READS_CLASSMATES = [SETUP,
+NOTEBOOKS_ANYWHERE = f"""\
+import os
+
+def notebooks_anywhere():
+    for root, folders, files in os.walk("/"):
+        folders[:] = [f for f in folders if f not in {SYSTEM_FOLDERS}]
+        yield from (os.path.join(root, name) for name in files if name.endswith(".ipynb"))"""
+
+READS_CLASSMATES = [SETUP, NOTEBOOKS_ANYWHERE,
                     stealing("MyLayer", "Layer", "backward", "output_delta", 'sorted(pathlib.Path(".").glob("*.ipynb"))'),
                     stealing("MyDNI", "DNI", "forward_and_synthetic_update", "input, condition=None",
-                             '[os.path.join(root, name) for root, _, names in os.walk("/") for name in names '
-                             'if name.endswith(".ipynb") and "site-packages" not in root]'),
+                             'notebooks_anywhere()'),
                     stealing("MyFullDNI", "MyDNI", "update_synthetic_weights", "target_gradient",
                              'sorted(pathlib.Path("..").glob("*/*.ipynb")) + sorted(pathlib.Path("..").glob("*.ipynb"))')]
 
