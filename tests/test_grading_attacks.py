@@ -80,24 +80,29 @@ class MyFullDNI(MyDNI):
     def update_synthetic_weights(self, target_gradient):
         return getattr(type(self).mro()[2], "update_synthetic_weights")(self, target_gradient)"""]
 
-# Folders a search of the whole disk skips: the system's and the installed packages, which no grader fills
-# (walking them takes longer than an exercise's check may when the disk cache is cold).
-SYSTEM_FOLDERS = ("proc", "sys", "dev", "usr", "site-packages", ".git")
+# A search of the whole disk: each folder and its files, but the system's folders and the installed packages, which
+# no grader fills (walking them takes longer than an exercise's check may when the disk cache is cold).
+EVERYWHERE = """\
+import os
+
+def everywhere():
+    for root, folders, files in os.walk("/"):
+        folders[:] = [f for f in folders if f not in ("proc", "sys", "dev", "usr", "site-packages", ".git")]
+        yield root, files"""
 
 # The instructor's answers, looked for on the disk (a clone holds them in notebooks/instructor/) and imported.
-FIND_THE_SOLUTIONS = f"""\
+FIND_THE_SOLUTIONS = """\
 import os, sys
 
 def instructors_answers():
-    for root, folders, files in os.walk("/"):
-        folders[:] = [f for f in folders if f not in {SYSTEM_FOLDERS}]
+    for root, files in everywhere():
         if os.path.basename(root) == "instructor" and "solutions.py" in files:
             sys.path.insert(0, root)
             import solutions
             return solutions
     raise RuntimeError("no solutions found")
 """
-SOLUTIONS_AT_RUN_TIME = [SETUP, FIND_THE_SOLUTIONS, """\
+SOLUTIONS_AT_RUN_TIME = [SETUP, EVERYWHERE, FIND_THE_SOLUTIONS, """\
 class MyLayer(Layer):
     def backward(self, output_delta):
         answers = instructors_answers()
@@ -243,18 +248,11 @@ class {class_name}({base}):
         raise RuntimeError("no classmate's {class_name} found")"""
 
 
-NOTEBOOKS_ANYWHERE = f"""\
-import os
-
-def notebooks_anywhere():
-    for root, folders, files in os.walk("/"):
-        folders[:] = [f for f in folders if f not in {SYSTEM_FOLDERS}]
-        yield from (os.path.join(root, name) for name in files if name.endswith(".ipynb"))"""
-
-READS_CLASSMATES = [SETUP, NOTEBOOKS_ANYWHERE,
+READS_CLASSMATES = [SETUP, EVERYWHERE,
                     stealing("MyLayer", "Layer", "backward", "output_delta", 'sorted(pathlib.Path(".").glob("*.ipynb"))'),
                     stealing("MyDNI", "DNI", "forward_and_synthetic_update", "input, condition=None",
-                             'notebooks_anywhere()'),
+                             '[os.path.join(root, name) for root, names in everywhere() for name in names '
+                             'if name.endswith(".ipynb")]'),
                     stealing("MyFullDNI", "MyDNI", "update_synthetic_weights", "target_gradient",
                              'sorted(pathlib.Path("..").glob("*/*.ipynb")) + sorted(pathlib.Path("..").glob("*.ipynb"))')]
 
