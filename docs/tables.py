@@ -354,6 +354,18 @@ def parallel_throughput(_: str) -> str:
                          f"average {record['load_average'][0]:.2f} before, {record['load_average'][1]:.2f} after."])
 
 
+@table("parallel-speedup")
+def parallel_speedup(_: str) -> str:
+    """``benchmarks/parallel_speedup.py --out docs/parallel/speedup``: the speedup round by round, and its ceiling."""
+    record = read_json("docs/parallel/speedup/results.json")
+    text = (ROOT / "docs/parallel/speedup/results.md").read_text().splitlines()
+    targets = [line for line in text if line.startswith(("- met:", "- MISSED:"))]
+    return "\n\n".join([*markdown_tables("docs/parallel/speedup/results.md"), "\n".join(targets),
+                         f"`{record['command']}` on {record['date']}: {len(record['rounds'])} rounds of "
+                         f"{record['steps']} steps; {record['cpu']}; {record['cores']} cores; load average "
+                         f"{record['load_average'][0]:.2f} before, {record['load_average'][1]:.2f} after."])
+
+
 @table("parallel-forward-unlock")
 def parallel_forward_unlock(_: str) -> str:
     return markdown_tables("docs/parallel/forward-unlock/results.md")[0]

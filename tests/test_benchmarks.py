@@ -238,6 +238,36 @@ def test_the_parallel_benchmark_writes_its_table_and_leaves_no_worker_behind(tmp
     assert all(block["generator"] == 0 for block in timed["backprop"][0]["blocks"])
 
 
+def test_the_speedup_benchmark_pairs_its_rounds_and_reports_them_as_measured_leaving_no_worker_behind(tmp_path):
+    script = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "parallel_speedup.py"
+    with started([sys.executable, str(script), "--rounds", "2", "--steps", "16", "--out", str(tmp_path)]) as run:
+        stdout, stderr = run.communicate(timeout=600)
+    assert run.returncode in (0, 1), stderr  # 1: the target missed, which 16 steps say nothing about
+    assert_group_ends(run.pid, "the benchmark's group")  # no worker outlived it
+    record = json.loads((tmp_path / "results.json").read_text())
+    rounds = record["rounds"]
+    assert len(rounds) == 2 and all(sorted(r) == ["2 workers", "one process", "shares at once"] for r in rounds)
+    assert all(rate > 0 for r in rounds for rate in r.values())
+    speedups = [r["2 workers"] / r["one process"] for r in rounds]
+    assert record["ratios"]["2 workers / one process"] == speedups
+    assert record["ratios"]["2 workers / shares at once"] == [r["2 workers"] / r["shares at once"] for r in rounds]
+    assert stderr.count("round ") == 2 and f"speedup {speedups[1]:.3f}" in stderr
+    text = (tmp_path / "results.md").read_text()
+    assert text == stdout
+    row = text.split("| 2 workers / one process | ")[1].split("\n")[0].strip(" |").split(" | ")
+    low, high = sorted(speedups)
+    assert row[0] == f"{np.median(speedups):.3f}" and row[2] == f"{low:.3f}-{high:.3f}", row
+    assert row[3] == f"{sum(s >= 1.9 for s in speedups)} of 2", row
+    verdict = "met" if np.median(speedups) >= 1.9 else "MISSED"
+    assert f"- {verdict}: the median speedup" in text and run.returncode == (0 if verdict == "met" else 1)
+    for kind in ("one process", "2 workers", "shares at once"):
+        rates = [r[kind] for r in rounds]
+        assert f"| {kind} | {np.median(rates):,.0f} | {min(rates):,.0f}-{max(rates):,.0f} |" in text
+    bad = subprocess.run([sys.executable, str(script), "--rounds", "0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "--rounds: expected a whole number of at least 1, got '0'" in bad.stderr
+
+
 def tiny_comparison(tmp_path, schedules, iterations, eval_every):
     """The folder of a finished ``sgrad parallel`` comparison on 2 workers, tiny MNIST, hidden 16, batch 8."""
     from conftest import tiny_mnist
