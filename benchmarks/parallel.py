@@ -612,31 +612,35 @@ def report(args):
     lines += ["", *where_the_time_goes(where[("dni", "local", 2)], np.median(runs[("dni", "one process", 1)]), alone,
                                         outside)]
     lines += ["", *simulated_scaling(measured_blocks, machines)]
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.md").write_text(text + "\n")
-        (out / "results.json").write_text(json.dumps({
-            "cores": cores,
-            "runs": [{"method": m, "engine": e, "workers": w, "examples_per_second": v} for (m, e, w), v in runs.items()],
-            "machine": machines,
-            "machine_measurements": costs,
-            "computing_seconds_per_step": [{"method": m, "engine": e, "workers": w, "seconds": v}
-                                           for (m, e, w), v in computing.items()],
-            "where_the_time_goes": [{"method": m, "engine": e, "workers": w, "seconds_per_step": v}
-                                    for (m, e, w), v in where.items()],
-            "dni_shares_outside_the_pipeline": [{str(k): v for k, v in shares.items()} for shares in outside],
-            "dni_shares_alone": [{str(k): v for k, v in shares.items()} for shares in alone],
-            "block_times": {method: [{"blocks": [block._asdict() for block in blocks], "top": top}
-                                     for blocks, top in measurements] for method, measurements in timed_blocks.items()},
-            "command": "python benchmarks/parallel.py " + " ".join(sys.argv[1:]),
-            "cpu": describe_machine(), "date": datetime.date.today().isoformat(),
-            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            "predicted": [{"method": m, "engine": e, "workers": w, "examples_per_second": v,
-                           "on_an_ideal_machine": ideal[(m, e, w)]} for (m, e, w), v in predicted.items()]}, indent=1))
+    publish("\n".join(lines), args.out, {
+        "cores": cores,
+        "runs": [{"method": m, "engine": e, "workers": w, "examples_per_second": v} for (m, e, w), v in runs.items()],
+        "machine": machines,
+        "machine_measurements": costs,
+        "computing_seconds_per_step": [{"method": m, "engine": e, "workers": w, "seconds": v}
+                                       for (m, e, w), v in computing.items()],
+        "where_the_time_goes": [{"method": m, "engine": e, "workers": w, "seconds_per_step": v}
+                                for (m, e, w), v in where.items()],
+        "dni_shares_outside_the_pipeline": [{str(k): v for k, v in shares.items()} for shares in outside],
+        "dni_shares_alone": [{str(k): v for k, v in shares.items()} for shares in alone],
+        "block_times": {method: [{"blocks": [block._asdict() for block in blocks], "top": top}
+                                 for blocks, top in measurements] for method, measurements in timed_blocks.items()},
+        "command": "python benchmarks/parallel.py " + " ".join(sys.argv[1:]),
+        "cpu": describe_machine(), "date": datetime.date.today().isoformat(),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "predicted": [{"method": m, "engine": e, "workers": w, "examples_per_second": v,
+                       "on_an_ideal_machine": ideal[(m, e, w)]} for (m, e, w), v in predicted.items()]})
     return 0 if all(checks.values()) else 1
+
+
+def publish(text, out, record):
+    """Print ``text``; with a folder ``out``, also write it to ``out/results.md`` and ``record`` to ``out/results.json``."""
+    print(text)
+    if out:
+        folder = pathlib.Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "results.md").write_text(text + "\n")
+        (folder / "results.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
 def where_the_time_goes(repeats, one_process_rate, alone, outside):

@@ -27,13 +27,12 @@ os.environ["OPENBLAS_NUM_THREADS"] = "1"
 
 import argparse
 import datetime
-import json
-import pathlib
 import sys
 
 import numpy as np
 from machine import describe as describe_machine
-from parallel import BATCH, TARGET_SPEEDUP, data, dni_shares_at_once, pipeline_throughput, single_process_throughput
+from parallel import (BATCH, TARGET_SPEEDUP, data, dni_shares_at_once, pipeline_throughput, publish,
+                      single_process_throughput)
 
 from sgrad.parallel import LocalEngine
 
@@ -123,17 +122,11 @@ def main(argv=None):
     load_before = os.getloadavg()[0]
     measured = rounds_of(args.rounds, args.steps, log=lambda line: print(line, file=sys.stderr, flush=True))
     lines, met = tables(measured)
-    text = "\n".join(lines)
-    print(text)
-    if args.out:
-        out = pathlib.Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.md").write_text(text + "\n")
-        (out / "results.json").write_text(json.dumps({
-            "rounds": measured, "ratios": ratios(measured), "steps": args.steps, "batch": BATCH,
-            "target": TARGET_SPEEDUP, "command": " ".join(["python benchmarks/parallel_speedup.py", *argv]),
-            "cpu": describe_machine(), "cores": os.cpu_count(), "date": datetime.date.today().isoformat(),
-            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}, indent=1) + "\n")
+    publish("\n".join(lines), args.out, {
+        "rounds": measured, "ratios": ratios(measured), "steps": args.steps, "batch": BATCH, "target": TARGET_SPEEDUP,
+        "command": " ".join(["python benchmarks/parallel_speedup.py", *argv]), "cpu": describe_machine(),
+        "cores": os.cpu_count(), "date": datetime.date.today().isoformat(),
+        "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]})
     return 0 if met else 1
 
 
