@@ -73,9 +73,10 @@ def ratios(measured):
 
 def tables(measured):
     """The record's two markdown tables (the ratios, the examples per second) and its target line."""
+    by_name = ratios(measured)
     lines = ["| ratio, per round | median | quartiles | range | rounds at or above "
              f"{TARGET_SPEEDUP} |", "|---|---:|---:|---:|---:|"]
-    for name, values in ratios(measured).items():
+    for name, values in by_name.items():
         q1, median, q3 = np.percentile(values, [25, 50, 75])
         reached = sum(v >= TARGET_SPEEDUP for v in values) if name.endswith("one process") else None
         lines.append(f"| {name} | {median:.3f} | {q1:.3f}-{q3:.3f} | {min(values):.3f}-{max(values):.3f} | "
@@ -84,7 +85,7 @@ def tables(measured):
     for kind in KINDS:
         values = [m[kind] for m in measured]
         lines.append(f"| {kind} | {np.median(values):,.0f} | {min(values):,.0f}-{max(values):,.0f} |")
-    speedup = float(np.median(ratios(measured)["2 workers / one process"]))
+    speedup = float(np.median(by_name["2 workers / one process"]))
     verdict = "met" if speedup >= TARGET_SPEEDUP else "MISSED"
     lines += ["", f"- {verdict}: the median speedup of DNI on 2 local workers over one process, round by round, = "
               f"{speedup:.3f} (target >= {TARGET_SPEEDUP})"]
